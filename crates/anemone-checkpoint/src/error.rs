@@ -1,0 +1,55 @@
+//! Errors of checkpoint import; every variant names the file, tensor or field it is about.
+
+use std::path::PathBuf;
+
+pub type Result<T, E = CheckpointError> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    #[error("{path}: no such file or directory")]
+    NotFound { path: PathBuf },
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: invalid JSON: {source}")]
+    Json {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("{path}: missing required file {what}")]
+    MissingFile { path: PathBuf, what: String },
+    #[error("{path}: field `{field}`: {problem}")]
+    BadField {
+        path: PathBuf,
+        field: String,
+        problem: String,
+    },
+    #[error("unsupported architecture `{arch}` (supported: llama, qwen2, qwen3)")]
+    UnknownArchitecture { arch: String },
+    #[error("{path}: corrupt {format} file: {problem}")]
+    Corrupt {
+        path: PathBuf,
+        format: &'static str,
+        problem: String,
+    },
+    #[error("{path}: tensor `{tensor}` uses unsupported type {dtype}")]
+    UnsupportedDtype {
+        path: PathBuf,
+        tensor: String,
+        dtype: String,
+    },
+    #[error("tensor `{name}` is missing from the checkpoint")]
+    MissingTensor { name: String },
+    #[error("tensor `{name}` has shape {found:?}, the config implies {expected:?}")]
+    ShapeMismatch {
+        name: String,
+        expected: Vec<usize>,
+        found: Vec<usize>,
+    },
+    #[error("tokenizer: {problem}")]
+    Tokenizer { problem: String },
+}

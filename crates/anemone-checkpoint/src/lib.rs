@@ -1,0 +1,120 @@
+//! Checkpoint import: Hugging Face directories and GGUF files become one [`Checkpoint`] — a decoder
+//! config, lazily loaded tensors under Hugging Face names, and the tokenizer with its chat template.
+
+pub mod config;
+pub mod error;
+pub mod gguf;
+pub mod hf;
+pub mod store;
+pub mod tokenizer;
+
+pub use config::{Architecture, DecoderConfig};
+pub use error::{CheckpointError, Result};
+pub use store::{MemoryStore, TensorInfo, TensorStore};
+pub use tokenizer::TokenizerBundle;
+
+use std::path::{Path, PathBuf};
+
+/// A source file of a checkpoint and the sha256 of its bytes (recorded in bundle provenance).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SourceFile {
+    pub path: PathBuf,
+    pub sha256: String,
+    pub bytes: u64,
+}
+
+/// An imported checkpoint: everything the reference forward and the converter need.
+///
+/// Invariant: every tensor the config implies exists in `tensors` under its Hugging Face name
+/// (`model.embed_tokens.weight`, `model.layers.{i}.self_attn.q_proj.weight`, …) with the
+/// Hugging Face shape (`[out_features, in_features]` for projections), already validated by
+/// [`Checkpoint::validate`]. `lm_head.weight` is absent when embeddings are tied.
+pub struct Checkpoint {
+    pub config: DecoderConfig,
+    pub tensors: Box<dyn TensorStore>,
+    pub tokenizer: Option<TokenizerBundle>,
+    /// Files the checkpoint was read from; hashing is done on demand by [`Checkpoint::provenance`].
+    pub source_paths: Vec<PathBuf>,
+}
+
+impl std::fmt::Debug for Checkpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Checkpoint")
+            .field("config", &self.config)
+            .field("tensors", &self.tensors.names().len())
+            .field("tokenizer", &self.tokenizer.is_some())
+            .field("source_paths", &self.source_paths)
+            .finish()
+    }
+}
+
+impl Checkpoint {
+    /// Opens a Hugging Face directory or a `.gguf` file, chosen by what `path` is.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        if path.is_dir() {
+            hf::open_dir(path)
+        } else if path.is_file() {
+            gguf::open_file(path)
+        } else {
+            Err(CheckpointError::NotFound {
+                path: path.to_path_buf(),
+            })
+        }
+    }
+
+    /// Checks that every tensor the config implies exists with the shape the config implies.
+    pub fn validate(&self) -> Result<()> {
+        for (name, shape) in self.config.expected_tensors() {
+            let info = self
+                .tensors
+                .info(&name)
+                .ok_or_else(|| CheckpointError::MissingTensor { name: name.clone() })?;
+            if info.shape != shape {
+                return Err(CheckpointError::ShapeMismatch {
+                    name,
+                    expected: shape,
+                    found: info.shape,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Loads a tensor as f32 (dequantizing or widening as needed).
+    pub fn load_f32(&self, name: &str) -> Result<Vec<f32>> {
+        self.tensors.load_f32(name)
+    }
+
+    /// sha256 of every source file.
+    pub fn provenance(&self) -> Result<Vec<SourceFile>> {
+        self.source_paths.iter().map(|p| hash_file(p)).collect()
+    }
+}
+
+/// sha256 of a file, streamed.
+pub fn hash_file(path: &Path) -> Result<SourceFile> {
+    use sha2::{Digest, Sha256};
+    use std::io::Read;
+    let io = |source| CheckpointError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut file = std::fs::File::open(path).map_err(io)?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut bytes = 0u64;
+    loop {
+        let n = file.read(&mut buf).map_err(io)?;
+        if n == 0 {
+            break;
+        }
+        bytes += n as u64;
+        hasher.update(&buf[..n]);
+    }
+    Ok(SourceFile {
+        path: path.to_path_buf(),
+        sha256: hex::encode(hasher.finalize()),
+        bytes,
+    })
+}

@@ -1,0 +1,69 @@
+//! Lazily loaded named tensors. Stores keep files memory-mapped and convert one tensor at a time,
+//! so a converter can stream a model through without holding it twice.
+
+use crate::error::{CheckpointError, Result};
+use std::collections::BTreeMap;
+
+/// Shape and on-disk type of one tensor (shape in Hugging Face order, outermost first).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TensorInfo {
+    pub shape: Vec<usize>,
+    /// On-disk type as its format names it (`F32`, `BF16`, `Q4_K`, …), for reports.
+    pub dtype: String,
+}
+
+impl TensorInfo {
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+}
+
+pub trait TensorStore: Send + Sync {
+    /// All tensor names, sorted.
+    fn names(&self) -> Vec<String>;
+    fn info(&self, name: &str) -> Option<TensorInfo>;
+    /// The tensor as row-major f32 in its Hugging Face shape.
+    fn load_f32(&self, name: &str) -> Result<Vec<f32>>;
+}
+
+/// Tensors held in memory: for tests, LoRA-merged weights and synthetic checkpoints.
+#[derive(Debug, Default, Clone)]
+pub struct MemoryStore {
+    tensors: BTreeMap<String, (Vec<usize>, Vec<f32>)>,
+}
+
+impl MemoryStore {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Inserts a tensor. Panics if `data.len()` disagrees with `shape` (a programming error).
+    pub fn insert(&mut self, name: impl Into<String>, shape: Vec<usize>, data: Vec<f32>) {
+        assert_eq!(
+            shape.iter().product::<usize>(),
+            data.len(),
+            "tensor data length disagrees with its shape"
+        );
+        self.tensors.insert(name.into(), (shape, data));
+    }
+}
+
+impl TensorStore for MemoryStore {
+    fn names(&self) -> Vec<String> {
+        self.tensors.keys().cloned().collect()
+    }
+
+    fn info(&self, name: &str) -> Option<TensorInfo> {
+        self.tensors.get(name).map(|(shape, _)| TensorInfo {
+            shape: shape.clone(),
+            dtype: "F32".into(),
+        })
+    }
+
+    fn load_f32(&self, name: &str) -> Result<Vec<f32>> {
+        self.tensors
+            .get(name)
+            .map(|(_, data)| data.clone())
+            .ok_or_else(|| CheckpointError::MissingTensor { name: name.into() })
+    }
+}

@@ -1,0 +1,1 @@
+//! Per-architecture model code: the fp32 reference forward (plain layout, the oracle) and the ANE graph builders.

@@ -1,0 +1,1 @@
+//! Generation runtime: Backend trait, chunked pipeline, sessions, sampling, chat templates.
