@@ -1,0 +1,161 @@
+//! GGUF metadata (`{arch}.*` hyperparameters) → [`DecoderConfig`].
+
+use super::metadata::Metadata;
+use super::tokenizer::GgufTokenizer;
+use crate::config::{Architecture, DecoderConfig};
+use crate::error::{CheckpointError, Result};
+
+/// llama.cpp's RoPE base when the file does not state one.
+const DEFAULT_ROPE_THETA: f64 = 10_000.0;
+
+/// The architecture a file declares in `general.architecture`.
+pub fn architecture(meta: &Metadata) -> Result<Architecture> {
+    let name = meta.str("general.architecture")?;
+    match name {
+        "llama" => Ok(Architecture::Llama),
+        "qwen2" => Ok(Architecture::Qwen2),
+        "qwen3" => Ok(Architecture::Qwen3),
+        other => Err(CheckpointError::UnknownArchitecture {
+            arch: other.to_string(),
+        }),
+    }
+}
+
+/// What the tensor list says about the model, which the metadata does not.
+#[derive(Debug, Clone, Copy)]
+pub struct TensorFacts {
+    pub has_output: bool,
+    pub has_q_bias: bool,
+    /// Rows of `token_embd.weight`, the vocabulary the weights were trained with.
+    pub embedding_rows: Option<usize>,
+}
+
+pub fn decoder_config(
+    meta: &Metadata,
+    tensors: TensorFacts,
+    tokenizer: Option<&GgufTokenizer>,
+) -> Result<DecoderConfig> {
+    let architecture = architecture(meta)?;
+    let arch = architecture.name();
+    let key = |k: &str| format!("{arch}.{k}");
+    let positive = |k: &str| -> Result<usize> {
+        let k = key(k);
+        match meta.usize(&k)? {
+            0 => Err(meta.bad(&k, "must be positive")),
+            v => Ok(v),
+        }
+    };
+    let hidden_size = positive("embedding_length")?;
+    let num_hidden_layers = positive("block_count")?;
+    let intermediate_size = positive("feed_forward_length")?;
+    let num_attention_heads = positive("attention.head_count")?;
+    let kv_key = key("attention.head_count_kv");
+    let num_key_value_heads = meta.opt_usize(&kv_key)?.unwrap_or(num_attention_heads);
+    if num_key_value_heads == 0 || !num_attention_heads.is_multiple_of(num_key_value_heads) {
+        return Err(meta.bad(
+            &kv_key,
+            format!("{num_key_value_heads} does not divide the {num_attention_heads} query heads"),
+        ));
+    }
+    let head_dim = match meta.opt_usize(&key("attention.key_length"))? {
+        Some(0) => return Err(meta.bad(&key("attention.key_length"), "must be positive")),
+        Some(d) => d,
+        None if hidden_size.is_multiple_of(num_attention_heads) => {
+            hidden_size / num_attention_heads
+        }
+        None => {
+            return Err(meta.bad(
+                &key("attention.head_count"),
+                format!("{num_attention_heads} heads do not divide embedding_length {hidden_size}"),
+            ))
+        }
+    };
+    let unsupported = |what: String| CheckpointError::Unsupported {
+        path: meta.path.clone(),
+        what,
+    };
+    if let Some(v) = meta.opt_usize(&key("attention.value_length"))? {
+        if v != head_dim {
+            return Err(unsupported(format!(
+                "value head size {v} differing from key head size {head_dim}"
+            )));
+        }
+    }
+    if let Some(rot) = meta.opt_usize(&key("rope.dimension_count"))? {
+        if rot != head_dim {
+            return Err(unsupported(format!(
+                "partial rotary embedding ({rot} of {head_dim} head dimensions)"
+            )));
+        }
+    }
+    if !head_dim.is_multiple_of(2) {
+        return Err(meta.bad(
+            &key("attention.key_length"),
+            format!("head size {head_dim} is odd"),
+        ));
+    }
+    check_rope_scaling(meta, arch)?;
+
+    let vocab_size = match (tokenizer, tensors.embedding_rows) {
+        (Some(t), _) => t.vocab_size,
+        (None, rows) => match meta.opt_usize(&key("vocab_size"))? {
+            Some(v) => v,
+            None => rows.ok_or_else(|| meta.bad(&key("vocab_size"), "required key is missing"))?,
+        },
+    };
+    let (bos_token_id, eos_token_ids) = match tokenizer {
+        Some(t) => (t.bos_token_id, t.eos_token_ids.clone()),
+        None => (
+            meta.opt_u32("tokenizer.ggml.bos_token_id")?,
+            meta.opt_u32("tokenizer.ggml.eos_token_id")?
+                .into_iter()
+                .collect(),
+        ),
+    };
+    Ok(DecoderConfig {
+        architecture,
+        hidden_size,
+        intermediate_size,
+        num_hidden_layers,
+        num_attention_heads,
+        num_key_value_heads,
+        head_dim,
+        vocab_size,
+        rope_theta: meta
+            .opt_f64(&key("rope.freq_base"))?
+            .unwrap_or(DEFAULT_ROPE_THETA),
+        rms_norm_eps: meta.f64(&key("attention.layer_norm_rms_epsilon"))?,
+        tie_word_embeddings: !tensors.has_output,
+        attention_bias: tensors.has_q_bias,
+        qk_norm: architecture == Architecture::Qwen3,
+        max_position_embeddings: positive("context_length")?,
+        bos_token_id,
+        eos_token_ids,
+    })
+}
+
+/// Fails on any RoPE scaling, which the reference forward does not implement.
+fn check_rope_scaling(meta: &Metadata, arch: &str) -> Result<()> {
+    let unsupported = |what: String| CheckpointError::Unsupported {
+        path: meta.path.clone(),
+        what,
+    };
+    let type_key = format!("{arch}.rope.scaling.type");
+    let scaling_type = meta.opt_str(&type_key)?;
+    if let Some(t) = scaling_type.filter(|t| *t != "none") {
+        return Err(unsupported(format!("RoPE scaling `{t}` ({type_key})")));
+    }
+    for factor_key in [
+        format!("{arch}.rope.scaling.factor"),
+        format!("{arch}.rope.scale_linear"),
+    ] {
+        if let Some(f) = meta.opt_f64(&factor_key)? {
+            if f != 0.0 && f != 1.0 && scaling_type != Some("none") {
+                return Err(unsupported(format!(
+                    "RoPE scaling factor {f} ({factor_key})"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
