@@ -52,4 +52,8 @@ pub enum CheckpointError {
     },
     #[error("tokenizer: {problem}")]
     Tokenizer { problem: String },
+    /// A feature the checkpoint uses that anemone does not implement (rope scaling, a tensor no
+    /// supported architecture has, …); importing it anyway would give wrong outputs.
+    #[error("{path}: {what} is not supported")]
+    Unsupported { path: PathBuf, what: String },
 }
