@@ -1,1 +1,4 @@
-//! Per-architecture model code: the fp32 reference forward (plain layout, the oracle) and the ANE graph builders.
+//! Per-architecture model code: the fp32 reference forward (plain layout, the oracle) and the ANE
+//! graph builders.
+
+pub mod reference;

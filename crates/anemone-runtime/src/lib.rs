@@ -1,1 +1,2 @@
-//! Generation runtime: Backend trait, chunked pipeline, sessions, sampling, chat templates.
+//! Generation runtime: the model trait, sampling, chat templates and the generation loop.
+pub mod npy;

@@ -1,0 +1,168 @@
+//! One forward pass over new tokens: embeddings, then per layer
+//! `x += o_proj(attention(rope(q), rope(k), v))` and `x += down(silu(gate) · up)` on RMS-normed
+//! inputs, then the final norm and the LM head.
+
+use super::cache::KvCache;
+use super::kernels::{axpy, dot, matmul_t, rms_norm_into, rms_norm_rows, silu, softmax};
+use super::rope::Rope;
+use super::weights::{LayerWeights, Weights};
+use super::LogitsFor;
+use anemone_checkpoint::DecoderConfig;
+use rayon::prelude::*;
+
+/// Logits and residual stream of a traced forward.
+#[derive(Debug, Clone)]
+pub struct Trace {
+    /// `[new positions, vocab]`, row-major.
+    pub logits: Vec<f32>,
+    /// `num_hidden_layers + 1` entries, each `[new positions, hidden]`: entry 0 is the token
+    /// embeddings, entry `i` the residual stream after layer `i - 1` (before the final norm).
+    pub hidden_states: Vec<Vec<f32>>,
+}
+
+/// Runs the new `ids` (already validated against vocab and context) through the model.
+pub fn run(
+    config: &DecoderConfig,
+    weights: &Weights,
+    rope: &Rope,
+    cache: &mut KvCache,
+    ids: &[u32],
+    which: LogitsFor,
+    mut trace: Option<&mut Vec<Vec<f32>>>,
+) -> Vec<f32> {
+    let h = config.hidden_size;
+    let s = ids.len();
+    let eps = config.rms_norm_eps as f32;
+    let first_position = cache.len();
+
+    let mut x = Vec::with_capacity(s * h);
+    for &id in ids {
+        let row = id as usize * h;
+        x.extend_from_slice(&weights.embed_tokens[row..row + h]);
+    }
+    if let Some(t) = trace.as_deref_mut() {
+        t.push(x.clone());
+    }
+
+    let angles: Vec<(Vec<f32>, Vec<f32>)> = (0..s)
+        .map(|i| rope.cos_sin(first_position + i))
+        .collect();
+    for (index, layer) in weights.layers.iter().enumerate() {
+        attention_block(config, layer, index, cache, &angles, &mut x, eps);
+        mlp_block(config, layer, &mut x, eps);
+        if let Some(t) = trace.as_deref_mut() {
+            t.push(x.clone());
+        }
+    }
+    cache.commit(s);
+
+    let vocab = config.vocab_size;
+    match which {
+        LogitsFor::LastPosition => {
+            let mut last = vec![0f32; h];
+            rms_norm_into(&x[(s - 1) * h..], &weights.final_norm, eps, &mut last);
+            let mut logits = vec![0f32; vocab];
+            matmul_t(&last, weights.lm_head(), &mut logits, 1, h, vocab);
+            logits
+        }
+        LogitsFor::AllPositions => {
+            rms_norm_rows(&mut x, &weights.final_norm, eps);
+            let mut logits = vec![0f32; s * vocab];
+            matmul_t(&x, weights.lm_head(), &mut logits, s, h, vocab);
+            logits
+        }
+    }
+}
+
+fn attention_block(
+    config: &DecoderConfig,
+    layer: &LayerWeights,
+    layer_index: usize,
+    cache: &mut KvCache,
+    angles: &[(Vec<f32>, Vec<f32>)],
+    x: &mut [f32],
+    eps: f32,
+) {
+    let (h, d) = (config.hidden_size, config.head_dim);
+    let (q_dim, kv_dim) = (config.q_dim(), config.kv_dim());
+    let qkv_dim = q_dim + 2 * kv_dim;
+    let s = angles.len();
+
+    let mut normed = vec![0f32; s * h];
+    rms_norm_into(x, &layer.input_norm, eps, &mut normed);
+    let mut qkv = vec![0f32; s * qkv_dim];
+    matmul_t(&normed, &layer.qkv, &mut qkv, s, h, qkv_dim);
+
+    let mut q = Vec::with_capacity(s * q_dim);
+    let mut k = Vec::with_capacity(s * kv_dim);
+    let mut v = Vec::with_capacity(s * kv_dim);
+    for (row, (cos, sin)) in qkv.chunks_exact_mut(qkv_dim).zip(angles) {
+        if let Some(bias) = &layer.qkv_bias {
+            axpy(1.0, bias, row);
+        }
+        let (q_row, rest) = row.split_at_mut(q_dim);
+        let (k_row, v_row) = rest.split_at_mut(kv_dim);
+        if let Some((q_norm, k_norm)) = &layer.qk_norm {
+            rms_norm_rows(q_row, q_norm, eps);
+            rms_norm_rows(k_row, k_norm, eps);
+        }
+        Rope::apply(q_row, d, cos, sin);
+        Rope::apply(k_row, d, cos, sin);
+        q.extend_from_slice(q_row);
+        k.extend_from_slice(k_row);
+        v.extend_from_slice(v_row);
+    }
+    cache.append(layer_index, &k, &v);
+
+    let heads = config.num_attention_heads;
+    let group = config.gqa_group();
+    let first_position = cache.len();
+    let scale = 1.0 / (d as f32).sqrt();
+    let (keys, values) = cache.layer(layer_index);
+    let mut attended = vec![0f32; s * q_dim];
+    // One task per (new position, query head); position `first_position + row` attends to every
+    // cached position up to and including itself.
+    attended
+        .par_chunks_mut(d)
+        .enumerate()
+        .for_each(|(task, out)| {
+            let (row, head) = (task / heads, task % heads);
+            let kv_offset = (head / group) * d;
+            let query = &q[row * q_dim + head * d..row * q_dim + (head + 1) * d];
+            let visible = first_position + row + 1;
+            let mut scores: Vec<f32> = (0..visible)
+                .map(|t| {
+                    let key = &keys[t * kv_dim + kv_offset..t * kv_dim + kv_offset + d];
+                    dot(query, key) * scale
+                })
+                .collect();
+            softmax(&mut scores);
+            for (t, p) in scores.iter().enumerate() {
+                let value = &values[t * kv_dim + kv_offset..t * kv_dim + kv_offset + d];
+                axpy(*p, value, out);
+            }
+        });
+
+    let mut projected = vec![0f32; s * h];
+    matmul_t(&attended, &layer.o_proj, &mut projected, s, q_dim, h);
+    axpy(1.0, &projected, x);
+}
+
+fn mlp_block(config: &DecoderConfig, layer: &LayerWeights, x: &mut [f32], eps: f32) {
+    let (h, inter) = (config.hidden_size, config.intermediate_size);
+    let s = x.len() / h;
+    let mut normed = vec![0f32; s * h];
+    rms_norm_into(x, &layer.post_attention_norm, eps, &mut normed);
+    let mut gate_up = vec![0f32; s * 2 * inter];
+    matmul_t(&normed, &layer.gate_up, &mut gate_up, s, h, 2 * inter);
+    let mut act = vec![0f32; s * inter];
+    for (out, gu) in act.chunks_exact_mut(inter).zip(gate_up.chunks_exact(2 * inter)) {
+        let (gate, up) = gu.split_at(inter);
+        for ((o, g), u) in out.iter_mut().zip(gate).zip(up) {
+            *o = silu(*g) * u;
+        }
+    }
+    let mut down = vec![0f32; s * h];
+    matmul_t(&act, &layer.down, &mut down, s, inter, h);
+    axpy(1.0, &down, x);
+}

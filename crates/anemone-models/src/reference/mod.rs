@@ -1,0 +1,219 @@
+//! The fp32 reference forward of the Llama / Qwen2 / Qwen3 decoder family, in the plain `(S, C)`
+//! layout: the oracle every converted graph is compared with.
+//!
+//! One [`ReferenceModel`] holds the weights, a KV cache and a thread pool. [`ReferenceModel::forward`]
+//! appends tokens to the cache (a batched causal prefill for several ids, a matrix-vector decode for
+//! one) and returns logits; [`ReferenceModel::forward_traced`] also returns the residual stream after
+//! every layer.
+
+mod cache;
+mod forward;
+pub mod kernels;
+mod rope;
+mod weights;
+
+use anemone_checkpoint::{Checkpoint, CheckpointError, DecoderConfig};
+
+pub use forward::Trace;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ForwardError {
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    #[error("tensor `{tensor}` has shape {found:?}, the reference forward expects {expected:?}")]
+    TensorShape {
+        tensor: String,
+        expected: Vec<usize>,
+        found: Vec<usize>,
+    },
+    #[error("tensor `{tensor}` loaded {found} values, its shape implies {expected}")]
+    TensorLength {
+        tensor: String,
+        expected: usize,
+        found: usize,
+    },
+    #[error("decoder config: {problem}")]
+    Config { problem: String },
+    #[error(
+        "context overflow: {requested} new token(s) at position {position} exceed the context \
+         length {context_len}"
+    )]
+    ContextOverflow {
+        position: usize,
+        requested: usize,
+        context_len: usize,
+    },
+    #[error("token id {token} is outside the vocabulary (size {vocab_size})")]
+    TokenOutOfRange { token: u32, vocab_size: usize },
+    #[error("forward called with no token ids")]
+    EmptyInput,
+    #[error("cannot start a thread pool of {threads} thread(s): {problem}")]
+    ThreadPool { threads: usize, problem: String },
+}
+
+/// Which positions' logits [`ReferenceModel::forward`] returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogitsFor {
+    /// `[vocab]`: the logits after the last id fed.
+    LastPosition,
+    /// `[ids.len(), vocab]`, row-major: the logits after each id fed.
+    AllPositions,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ReferenceOptions {
+    /// Worker threads for the matrix products; `None` = all available cores.
+    pub threads: Option<usize>,
+    /// Tokens the KV cache may hold; `None` = the config's `max_position_embeddings`.
+    pub context_len: Option<usize>,
+}
+
+/// The fp32 reference decoder with its KV cache.
+pub struct ReferenceModel {
+    config: DecoderConfig,
+    weights: weights::Weights,
+    cache: cache::KvCache,
+    rope: rope::Rope,
+    context_len: usize,
+    pool: rayon::ThreadPool,
+}
+
+impl std::fmt::Debug for ReferenceModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReferenceModel")
+            .field("architecture", &self.config.architecture)
+            .field("layers", &self.config.num_hidden_layers)
+            .field("context_len", &self.context_len)
+            .field("position", &self.cache.len())
+            .finish()
+    }
+}
+
+impl ReferenceModel {
+    /// Loads every weight as f32 from `checkpoint` and sets up an empty cache.
+    pub fn load(checkpoint: &Checkpoint, options: &ReferenceOptions) -> Result<Self, ForwardError> {
+        let config = checkpoint.config.clone();
+        weights::check_config(&config)?;
+        let context_len = match options.context_len {
+            None => config.max_position_embeddings,
+            Some(n) if n <= config.max_position_embeddings => n,
+            Some(n) => {
+                return Err(ForwardError::Config {
+                    problem: format!(
+                        "context length {n} exceeds max_position_embeddings {}",
+                        config.max_position_embeddings
+                    ),
+                })
+            }
+        };
+        if context_len == 0 {
+            return Err(ForwardError::Config {
+                problem: "context length is 0 (max_position_embeddings missing?)".into(),
+            });
+        }
+        let threads = options.threads.unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
+        });
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("anemone-ref-{i}"))
+            .build()
+            .map_err(|e| ForwardError::ThreadPool {
+                threads,
+                problem: e.to_string(),
+            })?;
+        let started = std::time::Instant::now();
+        let weights = weights::Weights::load(checkpoint)?;
+        tracing::debug!(
+            elapsed_s = started.elapsed().as_secs_f64(),
+            "reference weights loaded"
+        );
+        Ok(Self {
+            cache: cache::KvCache::new(config.num_hidden_layers, config.kv_dim()),
+            rope: rope::Rope::new(config.head_dim, config.rope_theta),
+            config,
+            weights,
+            context_len,
+            pool,
+        })
+    }
+
+    pub fn config(&self) -> &DecoderConfig {
+        &self.config
+    }
+
+    /// Maximum number of tokens the cache holds.
+    pub fn context_len(&self) -> usize {
+        self.context_len
+    }
+
+    /// Tokens already in the cache (the position of the next token fed).
+    pub fn position(&self) -> usize {
+        self.cache.len()
+    }
+
+    /// Empties the KV cache.
+    pub fn reset(&mut self) {
+        self.cache.clear();
+    }
+
+    /// Appends `ids` to the sequence and returns logits (see [`LogitsFor`]).
+    pub fn forward(&mut self, ids: &[u32], which: LogitsFor) -> Result<Vec<f32>, ForwardError> {
+        self.check_input(ids)?;
+        let pool = &self.pool;
+        let (config, weights, rope, cache) =
+            (&self.config, &self.weights, &self.rope, &mut self.cache);
+        Ok(pool.install(|| forward::run(config, weights, rope, cache, ids, which, None)))
+    }
+
+    /// Like `forward` with [`LogitsFor::AllPositions`], also returning the residual stream before
+    /// the first layer and after each layer for the new positions.
+    pub fn forward_traced(&mut self, ids: &[u32]) -> Result<Trace, ForwardError> {
+        self.check_input(ids)?;
+        let pool = &self.pool;
+        let (config, weights, rope, cache) =
+            (&self.config, &self.weights, &self.rope, &mut self.cache);
+        let mut hidden_states = Vec::with_capacity(config.num_hidden_layers + 1);
+        let logits = pool.install(|| {
+            forward::run(
+                config,
+                weights,
+                rope,
+                cache,
+                ids,
+                LogitsFor::AllPositions,
+                Some(&mut hidden_states),
+            )
+        });
+        Ok(Trace {
+            logits,
+            hidden_states,
+        })
+    }
+
+    fn check_input(&self, ids: &[u32]) -> Result<(), ForwardError> {
+        if ids.is_empty() {
+            return Err(ForwardError::EmptyInput);
+        }
+        let position = self.cache.len();
+        if position + ids.len() > self.context_len {
+            return Err(ForwardError::ContextOverflow {
+                position,
+                requested: ids.len(),
+                context_len: self.context_len,
+            });
+        }
+        if let Some(&token) = ids
+            .iter()
+            .find(|&&t| t as usize >= self.config.vocab_size)
+        {
+            return Err(ForwardError::TokenOutOfRange {
+                token,
+                vocab_size: self.config.vocab_size,
+            });
+        }
+        Ok(())
+    }
+}
