@@ -1,1 +1,60 @@
-//! Core ML ML Program model: typed ops as a closed enum, a shape-checking builder, proto and weight.bin encoding, .mlpackage read/write and a MIL text printer.
+//! Core ML ML Program model: typed ops as a closed enum, a shape-checking builder, proto and
+//! weight.bin encoding, .mlpackage read/write and a MIL text printer.
+//!
+//! ```no_run
+//! use anemone_mil::{DType, FunctionBuilder, Program, SpecVersion, TensorData, TensorType, WriteOptions};
+//!
+//! # fn main() -> Result<(), anemone_mil::MilError> {
+//! let mut f = FunctionBuilder::new("decode");
+//! let x = f.input("x", TensorType::new(DType::F16, [1, 64, 1, 1]))?;
+//! let cache = f.state("k_cache", TensorType::new(DType::F16, [1, 64, 1, 32]))?;
+//! let pos = f.input("pos", TensorType::new(DType::I32, [1]))?;
+//! let w = f.constant("w_q", TensorData::f16_from_f32(vec![64, 64, 1, 1], &vec![0.01; 64 * 64])?)?;
+//! let q = f.conv1x1("q_proj", x, w, None)?; // [1, 64, 1, 1], checked as it is added
+//! // write q into the cache at `pos`: begin = [0, 0, 0, pos], end = begin + [1, 64, 1, 1]
+//! let zeros = f.const_i32("zeros", &[3], &[0, 0, 0])?;
+//! let begin = f.concat("kv_begin", &[zeros, pos], 0)?;
+//! let extent = f.const_i32("kv_extent", &[4], &[1, 64, 1, 1])?;
+//! let end = f.add("kv_end", begin, extent)?;
+//! let old = f.read_state("k_old", cache)?;
+//! let new = f.slice_update("k_new", old, q, begin, end)?;
+//! f.write_state("k_write", cache, new)?;
+//! let y = f.silu("y", q)?;
+//! f.output(y)?;
+//!
+//! let mut program = Program::new(SpecVersion::V9); // opset CoreML8
+//! program.add_function(f.finish()?)?; // the verifier runs here and before every write
+//! print!("{}", anemone_mil::print_program(&program));
+//! anemone_mil::write_package(&program, "model.mlpackage".as_ref(), &WriteOptions::default())?;
+//! let back = anemone_mil::read_package("model.mlpackage".as_ref())?;
+//! assert_eq!(back, program);
+//! # Ok(()) }
+//! ```
+//!
+//! Several functions added to one [`Program`] share weights: identical const data is written
+//! once to `weight.bin` and referenced by offset from every function that uses it.
+
+mod blob;
+mod builder;
+mod encode;
+mod error;
+mod infer;
+mod op;
+mod print;
+mod program;
+mod tensor;
+mod types;
+mod verify;
+mod wire;
+
+pub use blob::{blob_dtype_code, BlobFile, BlobRecord, BlobWriter};
+pub use builder::{is_valid_identifier, FunctionBuilder};
+pub use encode::{encode_model, EncodedModel};
+pub use error::{MilError, Result};
+pub use infer::broadcast_shapes;
+pub use op::{BinaryOp, ConvParams, GeluMode, Op, ReduceOp, UnaryOp};
+pub use print::{print_function, print_program};
+pub use program::{Function, Operation, Program, ValueInfo, Var};
+pub use tensor::TensorData;
+pub use types::{DType, SpecVersion, TensorType, ValueType};
+pub use verify::{verify_function, verify_program};
