@@ -50,6 +50,12 @@ pub enum CheckpointError {
         expected: Vec<usize>,
         found: Vec<usize>,
     },
+    #[error("tensor `{name}` is stored twice: in {first} and in {second}")]
+    DuplicateTensor {
+        name: String,
+        first: PathBuf,
+        second: PathBuf,
+    },
     #[error("tokenizer: {problem}")]
     Tokenizer { problem: String },
     /// A feature the checkpoint uses that anemone does not implement (rope scaling, a tensor no
