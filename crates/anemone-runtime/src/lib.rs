@@ -1,2 +1,18 @@
-//! Generation runtime: the model trait, sampling, chat templates and the generation loop.
+//! Generation runtime: the [`LogitsModel`] trait every backend implements, sampling, chat
+//! templates, incremental detokenization and the generation loop.
+
+pub mod chat;
+pub mod error;
+pub mod generate;
+pub mod model;
 pub mod npy;
+pub mod prompt;
+pub mod sampler;
+pub mod stream;
+
+pub use chat::{ChatMessage, ChatTemplate};
+pub use error::RuntimeError;
+pub use generate::{generate, Generation, GenerationOptions, StopReason};
+pub use model::LogitsModel;
+pub use sampler::{Sampler, SamplerConfig};
+pub use stream::TextStream;
