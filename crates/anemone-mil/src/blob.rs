@@ -36,7 +36,9 @@ pub fn blob_dtype_code(dtype: DType) -> Option<u32> {
 }
 
 pub fn dtype_from_blob_code(code: u32) -> Option<DType> {
-    DType::ALL.into_iter().find(|d| blob_dtype_code(*d) == Some(code))
+    DType::ALL
+        .into_iter()
+        .find(|d| blob_dtype_code(*d) == Some(code))
 }
 
 /// Streams blobs into a seekable writer, writing identical data once.
@@ -108,13 +110,18 @@ impl<W: Write + Seek> BlobWriter<W> {
         rec[24..32].copy_from_slice(&padding_bits.to_le_bytes());
         let gap = (record - self.end) as usize;
         let io = write_err(&self.file);
-        self.out.write_all(&[0u8; ALIGN as usize][..gap]).map_err(&io)?;
+        self.out
+            .write_all(&[0u8; ALIGN as usize][..gap])
+            .map_err(&io)?;
         self.out.write_all(&rec).map_err(&io)?;
         self.out.write_all(data.bytes()).map_err(&io)?;
         self.end = data_offset + data.bytes().len() as u64;
         self.count += 1;
         self.unique_bytes += data.bytes().len() as u64;
-        self.written.entry(key).or_default().push((data.clone(), record));
+        self.written
+            .entry(key)
+            .or_default()
+            .push((data.clone(), record));
         Ok(record)
     }
 
@@ -175,12 +182,17 @@ impl BlobFile {
             detail,
         };
         if bytes.len() < HEADER_LEN as usize {
-            return Err(bad(format!("{} bytes is shorter than the 64-byte header", bytes.len())));
+            return Err(bad(format!(
+                "{} bytes is shorter than the 64-byte header",
+                bytes.len()
+            )));
         }
         let count = u32_at(&bytes, 0);
         let version = u32_at(&bytes, 4);
         if version != BLOB_VERSION {
-            return Err(bad(format!("header version {version}, expected {BLOB_VERSION}")));
+            return Err(bad(format!(
+                "header version {version}, expected {BLOB_VERSION}"
+            )));
         }
         let mut records = Vec::with_capacity(count.min(1 << 20) as usize);
         let mut off = HEADER_LEN;
@@ -193,10 +205,16 @@ impl BlobFile {
             let at = off as usize;
             let sentinel = u32_at(&bytes, at);
             if sentinel != BLOB_SENTINEL {
-                return Err(bad(format!("record {i} at offset {off}: sentinel 0x{sentinel:08X}, expected 0xDEADBEEF")));
+                return Err(bad(format!(
+                    "record {i} at offset {off}: sentinel 0x{sentinel:08X}, expected 0xDEADBEEF"
+                )));
             }
             let code = u32_at(&bytes, at + 4);
-            let dtype = dtype_from_blob_code(code).ok_or_else(|| bad(format!("record {i} at offset {off}: unsupported dtype code {code}")))?;
+            let dtype = dtype_from_blob_code(code).ok_or_else(|| {
+                bad(format!(
+                    "record {i} at offset {off}: unsupported dtype code {code}"
+                ))
+            })?;
             let size_bytes = u64_at(&bytes, at + 8);
             let data_offset = u64_at(&bytes, at + 16);
             let padding_bits = u64_at(&bytes, at + 24);
@@ -207,7 +225,9 @@ impl BlobFile {
                 )));
             }
             if padding_bits >= 8 {
-                return Err(bad(format!("record {i} at offset {off}: padding_bits {padding_bits} >= 8")));
+                return Err(bad(format!(
+                    "record {i} at offset {off}: padding_bits {padding_bits} >= 8"
+                )));
             }
             records.push(BlobRecord {
                 offset: off,
@@ -242,11 +262,16 @@ impl BlobFile {
             file: self.file.clone(),
             detail,
         };
-        let rec = self
-            .record(offset)
-            .ok_or_else(|| bad(format!("offset {offset} is not the offset of a blob record")))?;
+        let rec = self.record(offset).ok_or_else(|| {
+            bad(format!(
+                "offset {offset} is not the offset of a blob record"
+            ))
+        })?;
         if rec.dtype != dtype {
-            return Err(bad(format!("blob at offset {offset} holds {}, declared {dtype}", rec.dtype)));
+            return Err(bad(format!(
+                "blob at offset {offset} holds {}, declared {dtype}",
+                rec.dtype
+            )));
         }
         let numel: usize = shape.iter().product();
         let want = dtype.packed_len(numel) as u64;

@@ -36,7 +36,10 @@ impl OperandTypes for FunctionBuilder {
         self.constant.get(v.index()).copied().unwrap_or(false)
     }
     fn operand_name(&self, v: Var) -> String {
-        self.func.values.get(v.index()).map_or_else(|| format!("#{}", v.0), |i| i.name.clone())
+        self.func
+            .values
+            .get(v.index())
+            .map_or_else(|| format!("#{}", v.0), |i| i.name.clone())
     }
 }
 
@@ -74,7 +77,9 @@ impl FunctionBuilder {
 
     fn claim_name(&mut self, name: &str) -> Result<()> {
         if !is_valid_identifier(name) {
-            return Err(MilError::InvalidName { name: name.to_string() });
+            return Err(MilError::InvalidName {
+                name: name.to_string(),
+            });
         }
         if !self.names.insert(name.to_string()) {
             return Err(MilError::DuplicateName {
@@ -92,7 +97,10 @@ impl FunctionBuilder {
 
     fn new_value(&mut self, name: &str, ty: ValueType, constant: bool) -> Var {
         let v = Var(self.func.values.len() as u32);
-        self.func.values.push(ValueInfo { name: name.to_string(), ty });
+        self.func.values.push(ValueInfo {
+            name: name.to_string(),
+            ty,
+        });
         self.constant.push(constant);
         v
     }
@@ -136,7 +144,10 @@ impl FunctionBuilder {
             Some(ValueType::Tensor(t)) => Ok(t),
             Some(ValueType::State(t)) => Err(MilError::InvalidFunction {
                 function: self.func.name.clone(),
-                detail: format!("value `{}` is a state<{t}>, not a tensor", self.operand_name(v)),
+                detail: format!(
+                    "value `{}` is a state<{t}>, not a tensor",
+                    self.operand_name(v)
+                ),
             }),
             None => Err(MilError::InvalidFunction {
                 function: self.func.name.clone(),
@@ -166,13 +177,23 @@ impl FunctionBuilder {
     }
 
     /// Adds any op with explicit output value names (used by the decoder).
-    pub fn push_named(&mut self, name: &str, op: Op, output_names: &[String]) -> Result<Vec<Var>> {
+    pub fn push_named(
+        &mut self,
+        name: &str,
+        mut op: Op,
+        output_names: &[String],
+    ) -> Result<Vec<Var>> {
+        self.canonicalize(&mut op);
         let types = infer(name, &op, self)?;
         if types.len() != output_names.len() {
             return Err(MilError::TypeMismatch {
                 op: name.to_string(),
                 op_type: op.mil_type(),
-                detail: format!("op has {} outputs, {} names given", types.len(), output_names.len()),
+                detail: format!(
+                    "op has {} outputs, {} names given",
+                    types.len(),
+                    output_names.len()
+                ),
             });
         }
         // The op name and its first output share a name by convention; both must be fresh
@@ -197,6 +218,16 @@ impl FunctionBuilder {
         Ok(outputs)
     }
 
+    /// Float parameters are stored as written: rounded to fp16 when the op computes in fp16.
+    fn canonicalize(&self, op: &mut Op) {
+        if let Op::LayerNorm { x, epsilon, .. } | Op::Rsqrt { x, epsilon } = op {
+            if matches!(self.operand_type(*x), Some(ValueType::Tensor(t)) if t.dtype == DType::F16)
+            {
+                *epsilon = half::f16::from_f32(*epsilon).to_f32();
+            }
+        }
+    }
+
     fn push1(&mut self, name: &str, op: Op) -> Result<Var> {
         Ok(self.push(name, op)?[0])
     }
@@ -206,8 +237,16 @@ impl FunctionBuilder {
         normalize_axis(name, op_type, axis, rank)
     }
 
-    fn axes(&self, name: &str, op_type: &'static str, rank: usize, axes: &[i64]) -> Result<Vec<usize>> {
-        axes.iter().map(|&a| normalize_axis(name, op_type, a, rank)).collect()
+    fn axes(
+        &self,
+        name: &str,
+        op_type: &'static str,
+        rank: usize,
+        axes: &[i64],
+    ) -> Result<Vec<usize>> {
+        axes.iter()
+            .map(|&a| normalize_axis(name, op_type, a, rank))
+            .collect()
     }
 
     /// Marks `v` as a function output (order of calls = output order).
@@ -269,18 +308,49 @@ impl FunctionBuilder {
     }
 
     pub fn write_state(&mut self, name: &str, state: Var, data: Var) -> Result<()> {
-        self.push(name, Op::WriteState { input: state, data }).map(|_| ())
+        self.push(name, Op::WriteState { input: state, data })
+            .map(|_| ())
     }
 
     /// `x` with the window `[begin, end)` replaced by `update` (begin/end: int32 `[rank]`).
-    pub fn slice_update(&mut self, name: &str, x: Var, update: Var, begin: Var, end: Var) -> Result<Var> {
-        self.push1(name, Op::SliceUpdate { x, update, begin, end })
+    pub fn slice_update(
+        &mut self,
+        name: &str,
+        x: Var,
+        update: Var,
+        begin: Var,
+        end: Var,
+    ) -> Result<Var> {
+        self.push1(
+            name,
+            Op::SliceUpdate {
+                x,
+                update,
+                begin,
+                end,
+            },
+        )
     }
 
     // ---- linear algebra --------------------------------------------------------------------
 
-    pub fn conv(&mut self, name: &str, x: Var, weight: Var, bias: Option<Var>, params: ConvParams) -> Result<Var> {
-        self.push1(name, Op::Conv { x, weight, bias, params })
+    pub fn conv(
+        &mut self,
+        name: &str,
+        x: Var,
+        weight: Var,
+        bias: Option<Var>,
+        params: ConvParams,
+    ) -> Result<Var> {
+        self.push1(
+            name,
+            Op::Conv {
+                x,
+                weight,
+                bias,
+                params,
+            },
+        )
     }
 
     /// A 1×1 convolution with default parameters (the ANE's projection).
@@ -288,8 +358,23 @@ impl FunctionBuilder {
         self.conv(name, x, weight, bias, ConvParams::default())
     }
 
-    pub fn matmul(&mut self, name: &str, x: Var, y: Var, transpose_x: bool, transpose_y: bool) -> Result<Var> {
-        self.push1(name, Op::Matmul { x, y, transpose_x, transpose_y })
+    pub fn matmul(
+        &mut self,
+        name: &str,
+        x: Var,
+        y: Var,
+        transpose_x: bool,
+        transpose_y: bool,
+    ) -> Result<Var> {
+        self.push1(
+            name,
+            Op::Matmul {
+                x,
+                y,
+                transpose_x,
+                transpose_y,
+            },
+        )
     }
 
     pub fn linear(&mut self, name: &str, x: Var, weight: Var, bias: Option<Var>) -> Result<Var> {
@@ -314,16 +399,46 @@ impl FunctionBuilder {
     ) -> Result<Var> {
         let rank = self.tensor_type(x)?.rank();
         let axes = self.axes(name, "layer_norm", rank, axes)?;
-        self.push1(name, Op::LayerNorm { x, axes, gamma, beta, epsilon })
+        self.push1(
+            name,
+            Op::LayerNorm {
+                x,
+                axes,
+                gamma,
+                beta,
+                epsilon,
+            },
+        )
     }
 
-    pub fn reduce(&mut self, name: &str, kind: ReduceOp, x: Var, axes: &[i64], keep_dims: bool) -> Result<Var> {
+    pub fn reduce(
+        &mut self,
+        name: &str,
+        kind: ReduceOp,
+        x: Var,
+        axes: &[i64],
+        keep_dims: bool,
+    ) -> Result<Var> {
         let rank = self.tensor_type(x)?.rank();
         let axes = self.axes(name, kind.mil_type(), rank, axes)?;
-        self.push1(name, Op::Reduce { kind, x, axes, keep_dims })
+        self.push1(
+            name,
+            Op::Reduce {
+                kind,
+                x,
+                axes,
+                keep_dims,
+            },
+        )
     }
 
-    pub fn reduce_mean(&mut self, name: &str, x: Var, axes: &[i64], keep_dims: bool) -> Result<Var> {
+    pub fn reduce_mean(
+        &mut self,
+        name: &str,
+        x: Var,
+        axes: &[i64],
+        keep_dims: bool,
+    ) -> Result<Var> {
         self.reduce(name, ReduceOp::Mean, x, axes, keep_dims)
     }
 
@@ -423,8 +538,14 @@ impl FunctionBuilder {
             op_type: "slice_by_index",
             detail,
         };
-        if begin.len() != shape.len() || end.len() != shape.len() || stride.is_some_and(|s| s.len() != shape.len()) {
-            return Err(bad(format!("begin/end/stride need {} entries each", shape.len())));
+        if begin.len() != shape.len()
+            || end.len() != shape.len()
+            || stride.is_some_and(|s| s.len() != shape.len())
+        {
+            return Err(bad(format!(
+                "begin/end/stride need {} entries each",
+                shape.len()
+            )));
         }
         let resolve = |i: i64, d: usize| -> usize {
             let r = if i < 0 { i + d as i64 } else { i };
@@ -442,7 +563,15 @@ impl FunctionBuilder {
             }
             s.push(st as usize);
         }
-        self.push1(name, Op::SliceByIndex { x, begin: b, end: e, stride: s })
+        self.push1(
+            name,
+            Op::SliceByIndex {
+                x,
+                begin: b,
+                end: e,
+                stride: s,
+            },
+        )
     }
 
     pub fn concat(&mut self, name: &str, values: &[Var], axis: i64) -> Result<Var> {
@@ -452,13 +581,32 @@ impl FunctionBuilder {
             detail: "concat of no values".into(),
         })?;
         let axis = self.axis(name, "concat", first, axis)?;
-        self.push1(name, Op::Concat { values: values.to_vec(), axis })
+        self.push1(
+            name,
+            Op::Concat {
+                values: values.to_vec(),
+                axis,
+            },
+        )
     }
 
     /// Splits `x` along `axis` into pieces of the given sizes; outputs are `{name}_{i}`.
-    pub fn split(&mut self, name: &str, x: Var, split_sizes: &[usize], axis: i64) -> Result<Vec<Var>> {
+    pub fn split(
+        &mut self,
+        name: &str,
+        x: Var,
+        split_sizes: &[usize],
+        axis: i64,
+    ) -> Result<Vec<Var>> {
         let axis = self.axis(name, "split", x, axis)?;
-        self.push(name, Op::Split { x, split_sizes: split_sizes.to_vec(), axis })
+        self.push(
+            name,
+            Op::Split {
+                x,
+                split_sizes: split_sizes.to_vec(),
+                axis,
+            },
+        )
     }
 
     /// Reshape; one entry may be -1 (inferred).
@@ -476,13 +624,25 @@ impl FunctionBuilder {
         }
         let resolved: Vec<usize> = shape
             .iter()
-            .map(|&d| if d == -1 { numel / known as usize } else { d as usize })
+            .map(|&d| {
+                if d == -1 {
+                    numel / known as usize
+                } else {
+                    d as usize
+                }
+            })
             .collect();
         self.push1(name, Op::Reshape { x, shape: resolved })
     }
 
     pub fn transpose(&mut self, name: &str, x: Var, perm: &[usize]) -> Result<Var> {
-        self.push1(name, Op::Transpose { x, perm: perm.to_vec() })
+        self.push1(
+            name,
+            Op::Transpose {
+                x,
+                perm: perm.to_vec(),
+            },
+        )
     }
 
     pub fn expand_dims(&mut self, name: &str, x: Var, axes: &[i64]) -> Result<Var> {
@@ -513,11 +673,23 @@ impl FunctionBuilder {
         scale: TensorData,
         offset: Option<TensorData>,
     ) -> Result<Var> {
-        self.push1(name, Op::ConstexprBlockwiseShiftScale { data, scale, offset })
+        self.push1(
+            name,
+            Op::ConstexprBlockwiseShiftScale {
+                data,
+                scale,
+                offset,
+            },
+        )
     }
 
     /// Palettized weight `lut[groups…, indices]`.
-    pub fn constexpr_lut_to_dense(&mut self, name: &str, indices: TensorData, lut: TensorData) -> Result<Var> {
+    pub fn constexpr_lut_to_dense(
+        &mut self,
+        name: &str,
+        indices: TensorData,
+        lut: TensorData,
+    ) -> Result<Var> {
         self.push1(name, Op::ConstexprLutToDense { indices, lut })
     }
 }

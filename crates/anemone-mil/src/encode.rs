@@ -60,20 +60,42 @@ pub(crate) fn op_params(op: &Op) -> Vec<(&'static str, Param)> {
             ("dilations", ints(&params.dilations)),
             ("groups", Param::I32(params.groups as i32)),
         ],
-        Op::Matmul { transpose_x, transpose_y, .. } => vec![
+        Op::Matmul {
+            transpose_x,
+            transpose_y,
+            ..
+        } => vec![
             ("transpose_x", Param::Bool(*transpose_x)),
             ("transpose_y", Param::Bool(*transpose_y)),
         ],
         Op::Softmax { axis, .. } => vec![("axis", Param::I32(*axis as i32))],
-        Op::LayerNorm { axes, epsilon, .. } => vec![("axes", ints(axes)), ("epsilon", Param::Float(*epsilon))],
-        Op::Reduce { axes, keep_dims, .. } => vec![("axes", ints(axes)), ("keep_dims", Param::Bool(*keep_dims))],
+        Op::LayerNorm { axes, epsilon, .. } => {
+            vec![("axes", ints(axes)), ("epsilon", Param::Float(*epsilon))]
+        }
+        Op::Reduce {
+            axes, keep_dims, ..
+        } => vec![("axes", ints(axes)), ("keep_dims", Param::Bool(*keep_dims))],
         Op::Rsqrt { epsilon, .. } => vec![("epsilon", Param::Float(*epsilon))],
         Op::Gelu { mode, .. } => vec![("mode", Param::Str(mode.mil_name().into()))],
-        Op::SliceByIndex { begin, end, stride, .. } => {
-            vec![("begin", ints(begin)), ("end", ints(end)), ("stride", ints(stride))]
+        Op::SliceByIndex {
+            begin, end, stride, ..
+        } => {
+            vec![
+                ("begin", ints(begin)),
+                ("end", ints(end)),
+                ("stride", ints(stride)),
+            ]
         }
-        Op::Concat { axis, .. } => vec![("axis", Param::I32(*axis as i32)), ("interleave", Param::Bool(false))],
-        Op::Split { split_sizes, axis, .. } => vec![("split_sizes", ints(split_sizes)), ("axis", Param::I32(*axis as i32))],
+        Op::Concat { axis, .. } => vec![
+            ("axis", Param::I32(*axis as i32)),
+            ("interleave", Param::Bool(false)),
+        ],
+        Op::Split {
+            split_sizes, axis, ..
+        } => vec![
+            ("split_sizes", ints(split_sizes)),
+            ("axis", Param::I32(*axis as i32)),
+        ],
         Op::Reshape { shape, .. } => vec![("shape", ints(shape))],
         Op::Transpose { perm, .. } => vec![("perm", ints(perm))],
         Op::ExpandDims { axes, .. } | Op::Squeeze { axes, .. } => vec![("axes", ints(axes))],
@@ -85,16 +107,26 @@ pub(crate) fn op_params(op: &Op) -> Vec<(&'static str, Param)> {
 pub(crate) fn op_operands(op: &Op) -> Vec<(&'static str, Vec<Var>)> {
     let opt = |k: &'static str, v: &Option<Var>| v.map(|v| (k, vec![v]));
     match op {
-        Op::Const { .. } | Op::ConstexprBlockwiseShiftScale { .. } | Op::ConstexprLutToDense { .. } => vec![],
+        Op::Const { .. }
+        | Op::ConstexprBlockwiseShiftScale { .. }
+        | Op::ConstexprLutToDense { .. } => vec![],
         Op::ReadState { input } => vec![("input", vec![*input])],
         Op::WriteState { input, data } => vec![("input", vec![*input]), ("data", vec![*data])],
-        Op::SliceUpdate { x, update, begin, end } => vec![
+        Op::SliceUpdate {
+            x,
+            update,
+            begin,
+            end,
+        } => vec![
             ("x", vec![*x]),
             ("update", vec![*update]),
             ("begin", vec![*begin]),
             ("end", vec![*end]),
         ],
-        Op::Conv { x, weight, bias, .. } | Op::Linear { x, weight, bias } => {
+        Op::Conv {
+            x, weight, bias, ..
+        }
+        | Op::Linear { x, weight, bias } => {
             let mut v = vec![("x", vec![*x]), ("weight", vec![*weight])];
             v.extend(opt("bias", bias));
             v
@@ -193,9 +225,11 @@ fn value_vt(t: &ValueType) -> wire::ValueType {
     match t {
         ValueType::Tensor(t) => tensor_vt(t),
         ValueType::State(t) => wire::ValueType {
-            r#type: Some(wire::value_type::Type::StateType(Box::new(wire::StateType {
-                wrapped_type: Some(Box::new(tensor_vt(t))),
-            }))),
+            r#type: Some(wire::value_type::Type::StateType(Box::new(
+                wire::StateType {
+                    wrapped_type: Some(Box::new(tensor_vt(t))),
+                },
+            ))),
         },
     }
 }
@@ -203,22 +237,28 @@ fn value_vt(t: &ValueType) -> wire::ValueType {
 fn immediate(ty: wire::ValueType, v: wire::tensor_value::Value) -> wire::Value {
     wire::Value {
         r#type: Some(ty),
-        value: Some(wire::value::Value::ImmediateValue(wire::value::ImmediateValue {
-            tensor: Some(wire::TensorValue { value: Some(v) }),
-        })),
+        value: Some(wire::value::Value::ImmediateValue(
+            wire::value::ImmediateValue {
+                tensor: Some(wire::TensorValue { value: Some(v) }),
+            },
+        )),
     }
 }
 
 fn string_value(s: &str) -> wire::Value {
     immediate(
         string_vt(),
-        wire::tensor_value::Value::Strings(wire::tensor_value::RepeatedStrings { values: vec![s.to_string()] }),
+        wire::tensor_value::Value::Strings(wire::tensor_value::RepeatedStrings {
+            values: vec![s.to_string()],
+        }),
     )
 }
 
 /// Whether a const goes to weight.bin (int32 and bool stay inline, like small consts).
 pub(crate) fn goes_to_blob(t: &TensorData) -> bool {
-    t.numel() >= BLOB_MIN_ELEMENTS && blob_dtype_code(t.dtype()).is_some() && t.dtype() != DType::I32
+    t.numel() >= BLOB_MIN_ELEMENTS
+        && blob_dtype_code(t.dtype()).is_some()
+        && t.dtype() != DType::I32
 }
 
 /// A const's value: a blob reference for large data, else inline.
@@ -227,10 +267,12 @@ fn data_value<W: Write + Seek>(t: &TensorData, blob: &mut BlobWriter<W>) -> Resu
         let offset = blob.add(t)?;
         return Ok(wire::Value {
             r#type: Some(tensor_vt(t.tensor_type())),
-            value: Some(wire::value::Value::BlobFileValue(wire::value::BlobFileValue {
-                file_name: WEIGHT_FILE_REF.to_string(),
-                offset,
-            })),
+            value: Some(wire::value::Value::BlobFileValue(
+                wire::value::BlobFileValue {
+                    file_name: WEIGHT_FILE_REF.to_string(),
+                    offset,
+                },
+            )),
         });
     }
     inline_value(t)
@@ -239,17 +281,31 @@ fn data_value<W: Write + Seek>(t: &TensorData, blob: &mut BlobWriter<W>) -> Resu
 /// An immediate value in the field coremltools uses for the dtype (fp16 and 8-bit-or-less
 /// types as packed bytes, fp32 floats, int32 ints, bool bools).
 fn inline_value(t: &TensorData) -> Result<wire::Value> {
-    use wire::tensor_value::{RepeatedBools, RepeatedBytes, RepeatedFloats, RepeatedInts, Value as TV};
+    use wire::tensor_value::{
+        RepeatedBools, RepeatedBytes, RepeatedFloats, RepeatedInts, Value as TV,
+    };
     let ty = tensor_vt(t.tensor_type());
     let v = match t.dtype() {
-        DType::F32 => TV::Floats(RepeatedFloats { values: t.to_f32_vec() }),
-        DType::I32 => TV::Ints(RepeatedInts { values: t.to_i32_vec()? }),
+        DType::F32 => TV::Floats(RepeatedFloats {
+            values: t.to_f32_vec(),
+        }),
+        DType::I32 => TV::Ints(RepeatedInts {
+            values: t.to_i32_vec()?,
+        }),
         DType::Bool => TV::Bools(RepeatedBools {
             values: t.bytes().iter().map(|&b| b != 0).collect(),
         }),
-        DType::F16 | DType::I8 | DType::U8 | DType::I4 | DType::U1 | DType::U2 | DType::U3 | DType::U4 | DType::U6 => {
-            TV::Bytes(RepeatedBytes { values: t.bytes().to_vec() })
-        }
+        DType::F16
+        | DType::I8
+        | DType::U8
+        | DType::I4
+        | DType::U1
+        | DType::U2
+        | DType::U3
+        | DType::U4
+        | DType::U6 => TV::Bytes(RepeatedBytes {
+            values: t.bytes().to_vec(),
+        }),
     };
     Ok(immediate(ty, v))
 }
@@ -290,7 +346,10 @@ fn const_op(name: &str, val: wire::Value, ty: wire::ValueType) -> wire::Operatio
             name: name.to_string(),
             r#type: Some(ty),
         }],
-        attributes: BTreeMap::from([("name".to_string(), string_value(name)), ("val".to_string(), val)]),
+        attributes: BTreeMap::from([
+            ("name".to_string(), string_value(name)),
+            ("val".to_string(), val),
+        ]),
     }
 }
 
@@ -316,7 +375,11 @@ fn encode_function<W: Write + Seek>(
             Op::Const { value } => {
                 attributes.insert("val".into(), data_value(value, blob)?);
             }
-            Op::ConstexprBlockwiseShiftScale { data, scale, offset } => {
+            Op::ConstexprBlockwiseShiftScale {
+                data,
+                scale,
+                offset,
+            } => {
                 inputs.insert("data".to_string(), value_binding(data_value(data, blob)?));
                 inputs.insert("scale".to_string(), value_binding(data_value(scale, blob)?));
                 if let Some(o) = offset {
@@ -324,7 +387,10 @@ fn encode_function<W: Write + Seek>(
                 }
             }
             Op::ConstexprLutToDense { indices, lut } => {
-                inputs.insert("indices".to_string(), value_binding(data_value(indices, blob)?));
+                inputs.insert(
+                    "indices".to_string(),
+                    value_binding(data_value(indices, blob)?),
+                );
                 inputs.insert("lut".to_string(), value_binding(data_value(lut, blob)?));
             }
             _ => {
@@ -336,10 +402,18 @@ fn encode_function<W: Write + Seek>(
                     let cname = param_const_name(&operation.name, key);
                     let (val, ty) = param_value(&param, float_dtype)?;
                     ops.push(const_op(&cname, val, ty));
-                    inputs.insert(key.to_string(), wire::Argument { arguments: vec![name_binding(&cname)] });
+                    inputs.insert(
+                        key.to_string(),
+                        wire::Argument {
+                            arguments: vec![name_binding(&cname)],
+                        },
+                    );
                 }
                 for (key, vars) in op_operands(op) {
-                    let arguments = vars.iter().map(|&v| name_binding(f.value_name(v))).collect();
+                    let arguments = vars
+                        .iter()
+                        .map(|&v| name_binding(f.value_name(v)))
+                        .collect();
                     inputs.insert(key.to_string(), wire::Argument { arguments });
                 }
             }
@@ -352,7 +426,11 @@ fn encode_function<W: Write + Seek>(
         });
     }
     let block = wire::Block {
-        outputs: f.outputs().iter().map(|&v| f.value_name(v).to_string()).collect(),
+        outputs: f
+            .outputs()
+            .iter()
+            .map(|&v| f.value_name(v).to_string())
+            .collect(),
         operations: ops,
     };
     Ok(wire::Function {
@@ -376,7 +454,9 @@ fn feature(name: &str, t: &ValueType) -> wire::FeatureDescription {
     };
     let ty = match t {
         ValueType::Tensor(t) => wire::feature_type::Type::MultiArrayType(array(t)),
-        ValueType::State(t) => wire::feature_type::Type::StateType(wire::StateFeatureType { array_type: Some(array(t)) }),
+        ValueType::State(t) => wire::feature_type::Type::StateType(wire::StateFeatureType {
+            array_type: Some(array(t)),
+        }),
     };
     wire::FeatureDescription {
         name: name.to_string(),
@@ -385,7 +465,8 @@ fn feature(name: &str, t: &ValueType) -> wire::FeatureDescription {
 }
 
 fn function_description(f: &Function) -> wire::FunctionDescription {
-    let feats = |vs: &mut dyn Iterator<Item = Var>| vs.map(|v| feature(f.value_name(v), f.ty(v))).collect();
+    let feats =
+        |vs: &mut dyn Iterator<Item = Var>| vs.map(|v| feature(f.value_name(v), f.ty(v))).collect();
     wire::FunctionDescription {
         name: f.name().to_string(),
         input: feats(&mut f.tensor_inputs()),
@@ -400,7 +481,10 @@ pub(crate) fn uses_function_descriptions(p: &Program) -> bool {
 }
 
 /// Encodes the model proto, streaming consts into `blob`. Verifies the program first.
-pub(crate) fn encode_with_blob<W: Write + Seek>(p: &Program, blob: &mut BlobWriter<W>) -> Result<Vec<u8>> {
+pub(crate) fn encode_with_blob<W: Write + Seek>(
+    p: &Program,
+    blob: &mut BlobWriter<W>,
+) -> Result<Vec<u8>> {
     verify_program(p)?;
     let mut functions = BTreeMap::new();
     for f in p.functions() {
@@ -424,7 +508,10 @@ pub(crate) fn encode_with_blob<W: Write + Seek>(p: &Program, blob: &mut BlobWrit
     let model = wire::Model {
         specification_version: p.spec.number(),
         description: Some(description),
-        ml_program: Some(wire::Program { version: 1, functions }),
+        ml_program: Some(wire::Program {
+            version: 1,
+            functions,
+        }),
     };
     Ok(prost::Message::encode_to_vec(&model))
 }

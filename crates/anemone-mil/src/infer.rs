@@ -97,8 +97,16 @@ pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
     let rank = a.len().max(b.len());
     let mut out = vec![0; rank];
     for i in 0..rank {
-        let da = if i + a.len() >= rank { a[i + a.len() - rank] } else { 1 };
-        let db = if i + b.len() >= rank { b[i + b.len() - rank] } else { 1 };
+        let da = if i + a.len() >= rank {
+            a[i + a.len() - rank]
+        } else {
+            1
+        };
+        let db = if i + b.len() >= rank {
+            b[i + b.len() - rank]
+        } else {
+            1
+        };
         out[i] = match (da, db) {
             (x, y) if x == y => x,
             (1, y) => y,
@@ -128,12 +136,16 @@ pub(crate) fn infer(op_name: &str, op: &Op, env: &dyn OperandTypes) -> Result<Ve
         }
         Op::ReadState { input } => match c.any(*input, "input")? {
             ValueType::State(t) => ValueType::Tensor(t.clone()),
-            ValueType::Tensor(t) => return c.fail(format!("operand `input` must be a state, got {t}")),
+            ValueType::Tensor(t) => {
+                return c.fail(format!("operand `input` must be a state, got {t}"))
+            }
         },
         Op::WriteState { input, data } => {
             let st = match c.any(*input, "input")? {
                 ValueType::State(t) => t,
-                ValueType::Tensor(t) => return c.fail(format!("operand `input` must be a state, got {t}")),
+                ValueType::Tensor(t) => {
+                    return c.fail(format!("operand `input` must be a state, got {t}"))
+                }
             };
             let d = c.tensor(*data, "data")?;
             if d != st {
@@ -141,7 +153,12 @@ pub(crate) fn infer(op_name: &str, op: &Op, env: &dyn OperandTypes) -> Result<Ve
             }
             return Ok(vec![]);
         }
-        Op::SliceUpdate { x, update, begin, end } => {
+        Op::SliceUpdate {
+            x,
+            update,
+            begin,
+            end,
+        } => {
             let xt = c.tensor(*x, "x")?;
             let ut = c.tensor(*update, "update")?;
             c.same_dtype(xt, ut, "x and update")?;
@@ -151,17 +168,27 @@ pub(crate) fn infer(op_name: &str, op: &Op, env: &dyn OperandTypes) -> Result<Ve
             for (v, role) in [(*begin, "begin"), (*end, "end")] {
                 let t = c.tensor(v, role)?;
                 if t.dtype != DType::I32 || t.shape != [xt.rank()] {
-                    return c.fail(format!("`{role}` must be tensor<int32, [{}]>, got {t}", xt.rank()));
+                    return c.fail(format!(
+                        "`{role}` must be tensor<int32, [{}]>, got {t}",
+                        xt.rank()
+                    ));
                 }
             }
             ValueType::Tensor(xt.clone())
         }
-        Op::Conv { x, weight, bias, params } => {
+        Op::Conv {
+            x,
+            weight,
+            bias,
+            params,
+        } => {
             let xt = c.float(*x, "x")?;
             let wt = c.tensor(*weight, "weight")?;
             c.same_dtype(xt, wt, "x and weight")?;
             if xt.rank() != 4 || wt.rank() != 4 {
-                return c.fail(format!("conv needs x [N,C,H,W] and weight [O,C/g,kH,kW]; got {xt} and {wt}"));
+                return c.fail(format!(
+                    "conv needs x [N,C,H,W] and weight [O,C/g,kH,kW]; got {xt} and {wt}"
+                ));
             }
             let g = params.groups;
             let (cin, cout) = (xt.shape[1], wt.shape[0]);
@@ -194,7 +221,12 @@ pub(crate) fn infer(op_name: &str, op: &Op, env: &dyn OperandTypes) -> Result<Ve
             }
             tensor(xt.dtype, shape)
         }
-        Op::Matmul { x, y, transpose_x, transpose_y } => {
+        Op::Matmul {
+            x,
+            y,
+            transpose_x,
+            transpose_y,
+        } => {
             let xt = c.tensor(*x, "x")?;
             let yt = c.tensor(*y, "y")?;
             c.same_dtype(xt, yt, "x and y")?;
@@ -202,8 +234,16 @@ pub(crate) fn infer(op_name: &str, op: &Op, env: &dyn OperandTypes) -> Result<Ve
                 return c.fail(format!("matmul operands need rank >= 2, got {xt} and {yt}"));
             }
             let (xr, yr) = (xt.rank(), yt.rank());
-            let (m, kx) = if *transpose_x { (xt.shape[xr - 1], xt.shape[xr - 2]) } else { (xt.shape[xr - 2], xt.shape[xr - 1]) };
-            let (ky, n) = if *transpose_y { (yt.shape[yr - 1], yt.shape[yr - 2]) } else { (yt.shape[yr - 2], yt.shape[yr - 1]) };
+            let (m, kx) = if *transpose_x {
+                (xt.shape[xr - 1], xt.shape[xr - 2])
+            } else {
+                (xt.shape[xr - 2], xt.shape[xr - 1])
+            };
+            let (ky, n) = if *transpose_y {
+                (yt.shape[yr - 1], yt.shape[yr - 2])
+            } else {
+                (yt.shape[yr - 2], yt.shape[yr - 1])
+            };
             if kx != ky {
                 return c.fail(format!(
                     "inner dims differ: x {xt} (transpose_x={transpose_x}) gives K={kx}, y {yt} (transpose_y={transpose_y}) gives K={ky}"
@@ -223,7 +263,10 @@ pub(crate) fn infer(op_name: &str, op: &Op, env: &dyn OperandTypes) -> Result<Ve
                 return c.fail("linear weight must be a const or constexpr output");
             }
             if xt.rank() < 1 || wt.rank() != 2 || wt.shape[1] != xt.shape[xt.rank() - 1] {
-                return c.fail(format!("weight must be [out, {}], got {wt} for x {xt}", xt.shape.last().copied().unwrap_or(0)));
+                return c.fail(format!(
+                    "weight must be [out, {}], got {wt} for x {xt}",
+                    xt.shape.last().copied().unwrap_or(0)
+                ));
             }
             if let Some(b) = bias {
                 let bt = c.tensor(*b, "bias")?;
@@ -241,7 +284,13 @@ pub(crate) fn infer(op_name: &str, op: &Op, env: &dyn OperandTypes) -> Result<Ve
             c.axis(*axis, xt.rank())?;
             ValueType::Tensor(xt.clone())
         }
-        Op::LayerNorm { x, axes, gamma, beta, epsilon } => {
+        Op::LayerNorm {
+            x,
+            axes,
+            gamma,
+            beta,
+            epsilon,
+        } => {
             let xt = c.float(*x, "x")?;
             if axes.is_empty() {
                 return c.fail("axes must not be empty");
@@ -256,13 +305,17 @@ pub(crate) fn infer(op_name: &str, op: &Op, env: &dyn OperandTypes) -> Result<Ve
                     let t = c.tensor(*v, role)?;
                     c.same_dtype(xt, t, role)?;
                     if t.shape != norm_shape || !env.is_constant(*v) {
-                        return c.fail(format!("`{role}` must be a const of shape {norm_shape:?}, got {t}"));
+                        return c.fail(format!(
+                            "`{role}` must be a const of shape {norm_shape:?}, got {t}"
+                        ));
                     }
                 }
             }
             ValueType::Tensor(xt.clone())
         }
-        Op::Reduce { x, axes, keep_dims, .. } => {
+        Op::Reduce {
+            x, axes, keep_dims, ..
+        } => {
             let xt = c.tensor(*x, "x")?;
             if !(xt.dtype.is_float() || xt.dtype == DType::I32) {
                 return c.fail(format!("x must be fp16/fp32/int32, got {xt}"));
@@ -294,20 +347,43 @@ pub(crate) fn infer(op_name: &str, op: &Op, env: &dyn OperandTypes) -> Result<Ve
             let xt = c.tensor(*x, "x")?;
             let yt = c.tensor(*y, "y")?;
             c.same_dtype(xt, yt, "x and y")?;
-            let int_ok = matches!(kind, BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Maximum | BinaryOp::Minimum);
+            let int_ok = matches!(
+                kind,
+                BinaryOp::Add
+                    | BinaryOp::Sub
+                    | BinaryOp::Mul
+                    | BinaryOp::Maximum
+                    | BinaryOp::Minimum
+            );
             if !(xt.dtype.is_float() || (int_ok && xt.dtype == DType::I32)) {
-                return c.fail(format!("operands must be fp16/fp32{}, got {xt}", if int_ok { "/int32" } else { "" }));
+                return c.fail(format!(
+                    "operands must be fp16/fp32{}, got {xt}",
+                    if int_ok { "/int32" } else { "" }
+                ));
             }
             let Some(shape) = broadcast_shapes(&xt.shape, &yt.shape) else {
-                return c.fail(format!("shapes {:?} and {:?} do not broadcast", xt.shape, yt.shape));
+                return c.fail(format!(
+                    "shapes {:?} and {:?} do not broadcast",
+                    xt.shape, yt.shape
+                ));
             };
             tensor(xt.dtype, shape)
         }
-        Op::SliceByIndex { x, begin, end, stride } => {
+        Op::SliceByIndex {
+            x,
+            begin,
+            end,
+            stride,
+        } => {
             let xt = c.tensor(*x, "x")?;
             let r = xt.rank();
             if begin.len() != r || end.len() != r || stride.len() != r {
-                return c.fail(format!("begin/end/stride need {r} entries each, got {}/{}/{}", begin.len(), end.len(), stride.len()));
+                return c.fail(format!(
+                    "begin/end/stride need {r} entries each, got {}/{}/{}",
+                    begin.len(),
+                    end.len(),
+                    stride.len()
+                ));
             }
             let mut shape = Vec::with_capacity(r);
             for i in 0..r {
@@ -332,19 +408,32 @@ pub(crate) fn infer(op_name: &str, op: &Op, env: &dyn OperandTypes) -> Result<Ve
             for (i, v) in values.iter().enumerate() {
                 let t = c.tensor(*v, &format!("values[{i}]"))?;
                 c.same_dtype(ft, t, &format!("values[0] and values[{i}]"))?;
-                let agrees = t.rank() == ft.rank() && (0..t.rank()).all(|d| d == *axis || t.shape[d] == ft.shape[d]);
+                let agrees = t.rank() == ft.rank()
+                    && (0..t.rank()).all(|d| d == *axis || t.shape[d] == ft.shape[d]);
                 if !agrees {
-                    return c.fail(format!("values[{i}] {t} does not match values[0] {ft} outside axis {axis}"));
+                    return c.fail(format!(
+                        "values[{i}] {t} does not match values[0] {ft} outside axis {axis}"
+                    ));
                 }
                 shape[*axis] += t.shape[*axis];
             }
             tensor(ft.dtype, shape)
         }
-        Op::Split { x, split_sizes, axis } => {
+        Op::Split {
+            x,
+            split_sizes,
+            axis,
+        } => {
             let xt = c.tensor(*x, "x")?;
             c.axis(*axis, xt.rank())?;
-            if split_sizes.is_empty() || split_sizes.contains(&0) || split_sizes.iter().sum::<usize>() != xt.shape[*axis] {
-                return c.fail(format!("split_sizes {split_sizes:?} must be positive and sum to dim {} of {xt}", xt.shape[*axis]));
+            if split_sizes.is_empty()
+                || split_sizes.contains(&0)
+                || split_sizes.iter().sum::<usize>() != xt.shape[*axis]
+            {
+                return c.fail(format!(
+                    "split_sizes {split_sizes:?} must be positive and sum to dim {} of {xt}",
+                    xt.shape[*axis]
+                ));
             }
             return Ok(split_sizes
                 .iter()
@@ -358,15 +447,25 @@ pub(crate) fn infer(op_name: &str, op: &Op, env: &dyn OperandTypes) -> Result<Ve
         Op::Reshape { x, shape } => {
             let xt = c.tensor(*x, "x")?;
             if shape.iter().product::<usize>() != xt.numel() || shape.contains(&0) {
-                return c.fail(format!("cannot reshape {xt} ({} elements) to {shape:?}", xt.numel()));
+                return c.fail(format!(
+                    "cannot reshape {xt} ({} elements) to {shape:?}",
+                    xt.numel()
+                ));
             }
             tensor(xt.dtype, shape.clone())
         }
         Op::Transpose { x, perm } => {
             let xt = c.tensor(*x, "x")?;
             let mut seen = vec![false; xt.rank()];
-            if perm.len() != xt.rank() || perm.iter().any(|&p| p >= xt.rank() || std::mem::replace(&mut seen[p], true)) {
-                return c.fail(format!("perm {perm:?} is not a permutation of rank {}", xt.rank()));
+            if perm.len() != xt.rank()
+                || perm
+                    .iter()
+                    .any(|&p| p >= xt.rank() || std::mem::replace(&mut seen[p], true))
+            {
+                return c.fail(format!(
+                    "perm {perm:?} is not a permutation of rank {}",
+                    xt.rank()
+                ));
             }
             tensor(xt.dtype, perm.iter().map(|&p| xt.shape[p]).collect())
         }
@@ -374,47 +473,78 @@ pub(crate) fn infer(op_name: &str, op: &Op, env: &dyn OperandTypes) -> Result<Ve
             let xt = c.tensor(*x, "x")?;
             let out_rank = xt.rank() + axes.len();
             if axes.is_empty() || axes.windows(2).any(|w| w[0] >= w[1]) {
-                return c.fail(format!("axes {axes:?} must be non-empty, sorted and unique"));
+                return c.fail(format!(
+                    "axes {axes:?} must be non-empty, sorted and unique"
+                ));
             }
             c.unique_axes(axes, out_rank)?;
             let mut rest = xt.shape.iter();
             let shape = (0..out_rank)
-                .map(|i| if axes.contains(&i) { 1 } else { *rest.next().expect("counted") })
+                .map(|i| {
+                    if axes.contains(&i) {
+                        1
+                    } else {
+                        *rest.next().expect("counted")
+                    }
+                })
                 .collect();
             tensor(xt.dtype, shape)
         }
         Op::Squeeze { x, axes } => {
             let xt = c.tensor(*x, "x")?;
             if axes.is_empty() || axes.windows(2).any(|w| w[0] >= w[1]) {
-                return c.fail(format!("axes {axes:?} must be non-empty, sorted and unique"));
+                return c.fail(format!(
+                    "axes {axes:?} must be non-empty, sorted and unique"
+                ));
             }
             c.unique_axes(axes, xt.rank())?;
             if let Some(a) = axes.iter().find(|&&a| xt.shape[a] != 1) {
                 return c.fail(format!("axis {a} of {xt} is not of size 1"));
             }
-            let shape = xt.shape.iter().enumerate().filter(|(i, _)| !axes.contains(i)).map(|(_, &d)| d).collect();
+            let shape = xt
+                .shape
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| !axes.contains(i))
+                .map(|(_, &d)| d)
+                .collect();
             tensor(xt.dtype, shape)
         }
         Op::Cast { x, dtype } => {
             let xt = c.tensor(*x, "x")?;
-            let castable = |d: DType| matches!(d, DType::F16 | DType::F32 | DType::I32 | DType::Bool);
+            let castable =
+                |d: DType| matches!(d, DType::F16 | DType::F32 | DType::I32 | DType::Bool);
             if !castable(xt.dtype) || !castable(*dtype) {
-                return c.fail(format!("cast supports fp16/fp32/int32/bool, got {xt} -> {dtype}"));
+                return c.fail(format!(
+                    "cast supports fp16/fp32/int32/bool, got {xt} -> {dtype}"
+                ));
             }
             tensor(*dtype, xt.shape.clone())
         }
-        Op::ConstexprBlockwiseShiftScale { data, scale, offset } => {
-            infer_shift_scale(&c, data, scale, offset.as_ref())?
-        }
+        Op::ConstexprBlockwiseShiftScale {
+            data,
+            scale,
+            offset,
+        } => infer_shift_scale(&c, data, scale, offset.as_ref())?,
         Op::ConstexprLutToDense { indices, lut } => infer_lut(&c, indices, lut)?,
     };
     Ok(vec![out])
 }
 
-fn infer_shift_scale(c: &Ctx, data: &TensorData, scale: &TensorData, offset: Option<&TensorData>) -> Result<ValueType> {
+fn infer_shift_scale(
+    c: &Ctx,
+    data: &TensorData,
+    scale: &TensorData,
+    offset: Option<&TensorData>,
+) -> Result<ValueType> {
     let (dt, st) = (data.tensor_type(), scale.tensor_type());
-    if !matches!(dt.dtype, DType::I4 | DType::U4 | DType::I8 | DType::U8 | DType::F16 | DType::F32) {
-        return c.fail(format!("data must be int4/uint4/int8/uint8/fp16/fp32, got {dt}"));
+    if !matches!(
+        dt.dtype,
+        DType::I4 | DType::U4 | DType::I8 | DType::U8 | DType::F16 | DType::F32
+    ) {
+        return c.fail(format!(
+            "data must be int4/uint4/int8/uint8/fp16/fp32, got {dt}"
+        ));
     }
     if !st.dtype.is_float() {
         return c.fail(format!("scale must be fp16/fp32, got {st}"));
@@ -424,7 +554,10 @@ fn infer_shift_scale(c: &Ctx, data: &TensorData, scale: &TensorData, offset: Opt
     }
     for i in 0..dt.rank() {
         if st.shape[i] == 0 || dt.shape[i] % st.shape[i] != 0 {
-            return c.fail(format!("axis {i}: data dim {} is not a multiple of scale dim {}", dt.shape[i], st.shape[i]));
+            return c.fail(format!(
+                "axis {i}: data dim {} is not a multiple of scale dim {}",
+                dt.shape[i], st.shape[i]
+            ));
         }
     }
     if let Some(o) = offset {
@@ -433,7 +566,10 @@ fn infer_shift_scale(c: &Ctx, data: &TensorData, scale: &TensorData, offset: Opt
             return c.fail(format!("offset {ot} must have the shape of scale {st}"));
         }
         if !ot.dtype.is_float() && ot.dtype != dt.dtype {
-            return c.fail(format!("offset {ot} must be float or of data's dtype {}", dt.dtype));
+            return c.fail(format!(
+                "offset {ot} must be float or of data's dtype {}",
+                dt.dtype
+            ));
         }
     }
     Ok(tensor(st.dtype, dt.shape.clone()))
@@ -441,7 +577,10 @@ fn infer_shift_scale(c: &Ctx, data: &TensorData, scale: &TensorData, offset: Opt
 
 fn infer_lut(c: &Ctx, indices: &TensorData, lut: &TensorData) -> Result<ValueType> {
     let (it, lt) = (indices.tensor_type(), lut.tensor_type());
-    if !matches!(it.dtype, DType::U1 | DType::U2 | DType::U3 | DType::U4 | DType::U6 | DType::U8) {
+    if !matches!(
+        it.dtype,
+        DType::U1 | DType::U2 | DType::U3 | DType::U4 | DType::U6 | DType::U8
+    ) {
         return c.fail(format!("indices must be uint1/2/3/4/6/8, got {it}"));
     }
     if !lt.dtype.is_float() {
@@ -453,14 +592,23 @@ fn infer_lut(c: &Ctx, indices: &TensorData, lut: &TensorData) -> Result<ValueTyp
     }
     for i in 0..r {
         if lt.shape[i] == 0 || it.shape[i] % lt.shape[i] != 0 {
-            return c.fail(format!("axis {i}: indices dim {} is not a multiple of lut dim {}", it.shape[i], lt.shape[i]));
+            return c.fail(format!(
+                "axis {i}: indices dim {} is not a multiple of lut dim {}",
+                it.shape[i], lt.shape[i]
+            ));
         }
     }
     if lt.shape[r] != 1 << it.dtype.bits() {
-        return c.fail(format!("lut {lt}: palette axis must hold 2^{} = {} entries", it.dtype.bits(), 1 << it.dtype.bits()));
+        return c.fail(format!(
+            "lut {lt}: palette axis must hold 2^{} = {} entries",
+            it.dtype.bits(),
+            1 << it.dtype.bits()
+        ));
     }
     if lt.shape[r + 1] != 1 {
-        return c.fail(format!("lut {lt}: vector palettes (last dim > 1) are not supported"));
+        return c.fail(format!(
+            "lut {lt}: vector palettes (last dim > 1) are not supported"
+        ));
     }
     Ok(tensor(lt.dtype, it.shape.clone()))
 }

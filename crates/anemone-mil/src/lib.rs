@@ -36,10 +36,12 @@
 
 mod blob;
 mod builder;
+mod decode;
 mod encode;
 mod error;
 mod infer;
 mod op;
+mod package;
 mod print;
 mod program;
 mod tensor;
@@ -49,10 +51,12 @@ mod wire;
 
 pub use blob::{blob_dtype_code, BlobFile, BlobRecord, BlobWriter};
 pub use builder::{is_valid_identifier, FunctionBuilder};
+pub use decode::decode_model;
 pub use encode::{encode_model, EncodedModel};
 pub use error::{MilError, Result};
 pub use infer::broadcast_shapes;
 pub use op::{BinaryOp, ConvParams, GeluMode, Op, ReduceOp, UnaryOp};
+pub use package::{read_package, write_package, PackageSummary, WriteOptions};
 pub use print::{print_function, print_program};
 pub use program::{Function, Operation, Program, ValueInfo, Var};
 pub use tensor::TensorData;

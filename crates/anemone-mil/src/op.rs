@@ -108,9 +108,13 @@ impl GeluMode {
         }
     }
     pub fn from_mil_name(s: &str) -> Option<Self> {
-        [GeluMode::Exact, GeluMode::TanhApproximation, GeluMode::SigmoidApproximation]
-            .into_iter()
-            .find(|m| m.mil_name() == s)
+        [
+            GeluMode::Exact,
+            GeluMode::TanhApproximation,
+            GeluMode::SigmoidApproximation,
+        ]
+        .into_iter()
+        .find(|m| m.mil_name() == s)
     }
 }
 
@@ -141,20 +145,49 @@ impl Default for ConvParams {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Op {
     /// A constant tensor (inline in the proto if < 10 elements, else in weight.bin).
-    Const { value: TensorData },
+    Const {
+        value: TensorData,
+    },
     /// Reads the current contents of a state input.
-    ReadState { input: Var },
+    ReadState {
+        input: Var,
+    },
     /// Replaces a state's contents; no outputs.
-    WriteState { input: Var, data: Var },
+    WriteState {
+        input: Var,
+        data: Var,
+    },
     /// `x` with `x[begin..end] = update`; `begin`/`end` are int32 vectors of x's rank (dynamic).
-    SliceUpdate { x: Var, update: Var, begin: Var, end: Var },
+    SliceUpdate {
+        x: Var,
+        update: Var,
+        begin: Var,
+        end: Var,
+    },
     /// 2-D convolution.
-    Conv { x: Var, weight: Var, bias: Option<Var>, params: ConvParams },
+    Conv {
+        x: Var,
+        weight: Var,
+        bias: Option<Var>,
+        params: ConvParams,
+    },
     /// Batched matrix product with optional transposes of the last two dims.
-    Matmul { x: Var, y: Var, transpose_x: bool, transpose_y: bool },
+    Matmul {
+        x: Var,
+        y: Var,
+        transpose_x: bool,
+        transpose_y: bool,
+    },
     /// `x @ weight^T + bias`, weight `[out, in]` (const or constexpr output).
-    Linear { x: Var, weight: Var, bias: Option<Var> },
-    Softmax { x: Var, axis: usize },
+    Linear {
+        x: Var,
+        weight: Var,
+        bias: Option<Var>,
+    },
+    Softmax {
+        x: Var,
+        axis: usize,
+    },
     /// Normalizes over `axes`; gamma/beta have the shape of those axes.
     LayerNorm {
         x: Var,
@@ -163,25 +196,70 @@ pub enum Op {
         beta: Option<Var>,
         epsilon: f32,
     },
-    Reduce { kind: ReduceOp, x: Var, axes: Vec<usize>, keep_dims: bool },
-    Unary { kind: UnaryOp, x: Var },
+    Reduce {
+        kind: ReduceOp,
+        x: Var,
+        axes: Vec<usize>,
+        keep_dims: bool,
+    },
+    Unary {
+        kind: UnaryOp,
+        x: Var,
+    },
     /// `1 / sqrt(x + epsilon)`.
-    Rsqrt { x: Var, epsilon: f32 },
-    Gelu { x: Var, mode: GeluMode },
-    Binary { kind: BinaryOp, x: Var, y: Var },
+    Rsqrt {
+        x: Var,
+        epsilon: f32,
+    },
+    Gelu {
+        x: Var,
+        mode: GeluMode,
+    },
+    Binary {
+        kind: BinaryOp,
+        x: Var,
+        y: Var,
+    },
     /// Static slice: `begin <= end <= dim`, `stride >= 1`, per axis.
-    SliceByIndex { x: Var, begin: Vec<usize>, end: Vec<usize>, stride: Vec<usize> },
-    Concat { values: Vec<Var>, axis: usize },
+    SliceByIndex {
+        x: Var,
+        begin: Vec<usize>,
+        end: Vec<usize>,
+        stride: Vec<usize>,
+    },
+    Concat {
+        values: Vec<Var>,
+        axis: usize,
+    },
     /// Splits along `axis` into pieces of `split_sizes` (one output each).
-    Split { x: Var, split_sizes: Vec<usize>, axis: usize },
+    Split {
+        x: Var,
+        split_sizes: Vec<usize>,
+        axis: usize,
+    },
     /// Reshape to a fully resolved static shape.
-    Reshape { x: Var, shape: Vec<usize> },
-    Transpose { x: Var, perm: Vec<usize> },
+    Reshape {
+        x: Var,
+        shape: Vec<usize>,
+    },
+    Transpose {
+        x: Var,
+        perm: Vec<usize>,
+    },
     /// Inserts size-1 axes; `axes` index the output (sorted ascending).
-    ExpandDims { x: Var, axes: Vec<usize> },
+    ExpandDims {
+        x: Var,
+        axes: Vec<usize>,
+    },
     /// Removes size-1 axes of the input (sorted ascending).
-    Squeeze { x: Var, axes: Vec<usize> },
-    Cast { x: Var, dtype: DType },
+    Squeeze {
+        x: Var,
+        axes: Vec<usize>,
+    },
+    Cast {
+        x: Var,
+        dtype: DType,
+    },
     /// iOS18: `(data - offset) * scale` with scale broadcast blockwise (`data.shape[i] / scale.shape[i]`).
     ConstexprBlockwiseShiftScale {
         data: TensorData,
@@ -189,7 +267,10 @@ pub enum Op {
         offset: Option<TensorData>,
     },
     /// iOS18: `lut[group..., indices]`; lut shape = per-axis group counts ++ `[2^bits, 1]`.
-    ConstexprLutToDense { indices: TensorData, lut: TensorData },
+    ConstexprLutToDense {
+        indices: TensorData,
+        lut: TensorData,
+    },
 }
 
 impl Op {
@@ -226,11 +307,21 @@ impl Op {
     /// Every value operand, in argument order.
     pub fn operands(&self) -> Vec<Var> {
         match self {
-            Op::Const { .. } | Op::ConstexprBlockwiseShiftScale { .. } | Op::ConstexprLutToDense { .. } => vec![],
+            Op::Const { .. }
+            | Op::ConstexprBlockwiseShiftScale { .. }
+            | Op::ConstexprLutToDense { .. } => vec![],
             Op::ReadState { input } => vec![*input],
             Op::WriteState { input, data } => vec![*input, *data],
-            Op::SliceUpdate { x, update, begin, end } => vec![*x, *update, *begin, *end],
-            Op::Conv { x, weight, bias, .. } | Op::Linear { x, weight, bias } => {
+            Op::SliceUpdate {
+                x,
+                update,
+                begin,
+                end,
+            } => vec![*x, *update, *begin, *end],
+            Op::Conv {
+                x, weight, bias, ..
+            }
+            | Op::Linear { x, weight, bias } => {
                 let mut v = vec![*x, *weight];
                 v.extend(bias);
                 v
@@ -262,7 +353,11 @@ impl Op {
     pub fn const_payloads(&self) -> Vec<&TensorData> {
         match self {
             Op::Const { value } => vec![value],
-            Op::ConstexprBlockwiseShiftScale { data, scale, offset } => {
+            Op::ConstexprBlockwiseShiftScale {
+                data,
+                scale,
+                offset,
+            } => {
                 let mut v = vec![data, scale];
                 v.extend(offset);
                 v
@@ -276,7 +371,9 @@ impl Op {
     pub fn is_constant(&self) -> bool {
         matches!(
             self,
-            Op::Const { .. } | Op::ConstexprBlockwiseShiftScale { .. } | Op::ConstexprLutToDense { .. }
+            Op::Const { .. }
+                | Op::ConstexprBlockwiseShiftScale { .. }
+                | Op::ConstexprLutToDense { .. }
         )
     }
 }

@@ -54,7 +54,11 @@ pub fn print_function(f: &Function) -> String {
         let mut args: Vec<String> = Vec::new();
         match op {
             Op::Const { value } => args.push(format!("val={}", fmt_data(value))),
-            Op::ConstexprBlockwiseShiftScale { data, scale, offset } => {
+            Op::ConstexprBlockwiseShiftScale {
+                data,
+                scale,
+                offset,
+            } => {
                 args.push(format!("data={}", fmt_data(data)));
                 args.push(format!("scale={}", fmt_data(scale)));
                 if let Some(o) = offset {

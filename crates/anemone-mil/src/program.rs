@@ -54,12 +54,18 @@ impl Function {
 
     /// Tensor (non-state) inputs in order.
     pub fn tensor_inputs(&self) -> impl Iterator<Item = Var> + '_ {
-        self.inputs.iter().copied().filter(|v| !self.ty(*v).is_state())
+        self.inputs
+            .iter()
+            .copied()
+            .filter(|v| !self.ty(*v).is_state())
     }
 
     /// State inputs in order.
     pub fn state_inputs(&self) -> impl Iterator<Item = Var> + '_ {
-        self.inputs.iter().copied().filter(|v| self.ty(*v).is_state())
+        self.inputs
+            .iter()
+            .copied()
+            .filter(|v| self.ty(*v).is_state())
     }
 
     pub fn operations(&self) -> &[Operation] {
@@ -99,7 +105,10 @@ impl Function {
 
     /// Looks a value up by name.
     pub fn find_value(&self, name: &str) -> Option<Var> {
-        self.values.iter().position(|v| v.name == name).map(|i| Var(i as u32))
+        self.values
+            .iter()
+            .position(|v| v.name == name)
+            .map(|i| Var(i as u32))
     }
 }
 

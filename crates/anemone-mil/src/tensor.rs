@@ -32,7 +32,11 @@ fn check_len(shape: &[usize], n: usize, what: &str) -> Result<()> {
 
 impl TensorData {
     /// Data already in storage layout; the length must be exactly the packed size.
-    pub fn from_bytes(dtype: DType, shape: impl Into<Vec<usize>>, bytes: impl Into<Arc<[u8]>>) -> Result<Self> {
+    pub fn from_bytes(
+        dtype: DType,
+        shape: impl Into<Vec<usize>>,
+        bytes: impl Into<Arc<[u8]>>,
+    ) -> Result<Self> {
         let ty = TensorType::new(dtype, shape);
         let bytes = bytes.into();
         let want = dtype.packed_len(ty.numel());
@@ -60,7 +64,10 @@ impl TensorData {
     pub fn f16_from_f32(shape: impl Into<Vec<usize>>, values: &[f32]) -> Result<Self> {
         let shape = shape.into();
         check_len(&shape, values.len(), "fp16 data")?;
-        let bytes: Vec<u8> = values.iter().flat_map(|v| f16::from_f32(*v).to_le_bytes()).collect();
+        let bytes: Vec<u8> = values
+            .iter()
+            .flat_map(|v| f16::from_f32(*v).to_le_bytes())
+            .collect();
         Self::from_bytes(DType::F16, shape, bytes)
     }
 
@@ -101,14 +108,20 @@ impl TensorData {
             DType::I8 => (-128, 127),
             DType::U8 => (0, 255),
             DType::I4 => (-8, 7),
-            DType::U1 | DType::U2 | DType::U3 | DType::U4 | DType::U6 => (0, (1 << dtype.bits()) - 1),
+            DType::U1 | DType::U2 | DType::U3 | DType::U4 | DType::U6 => {
+                (0, (1 << dtype.bits()) - 1)
+            }
             _ => {
                 return Err(MilError::InvalidTensorData {
                     detail: format!("pack_ints: {dtype} is not a packed integer type"),
                 })
             }
         };
-        if let Some((i, v)) = values.iter().enumerate().find(|(_, v)| **v < lo || **v > hi) {
+        if let Some((i, v)) = values
+            .iter()
+            .enumerate()
+            .find(|(_, v)| **v < lo || **v > hi)
+        {
             return Err(MilError::InvalidTensorData {
                 detail: format!("pack_ints: element {i} = {v} does not fit {dtype} [{lo}, {hi}]"),
             });
@@ -160,7 +173,10 @@ impl TensorData {
         let n = self.numel();
         let b = &self.bytes;
         Ok(match self.dtype() {
-            DType::I32 => b.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
+            DType::I32 => b
+                .chunks_exact(4)
+                .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect(),
             DType::I8 => b.iter().map(|&v| v as i8 as i32).collect(),
             DType::U8 | DType::Bool => b.iter().map(|&v| v as i32).collect(),
             DType::I4 | DType::U1 | DType::U2 | DType::U3 | DType::U4 | DType::U6 => {
@@ -170,7 +186,11 @@ impl TensorData {
                     .map(|i| {
                         let bit = i * bits;
                         let lo = b[bit / 8] as u32;
-                        let hi = if bit % 8 + bits > 8 { b[bit / 8 + 1] as u32 } else { 0 };
+                        let hi = if bit % 8 + bits > 8 {
+                            b[bit / 8 + 1] as u32
+                        } else {
+                            0
+                        };
                         let code = ((lo | (hi << 8)) >> (bit % 8)) & mask;
                         if self.dtype() == DType::I4 {
                             ((code << 28) as i32) >> 28
@@ -192,8 +212,14 @@ impl TensorData {
     pub fn to_f32_vec(&self) -> Vec<f32> {
         let b = &self.bytes;
         match self.dtype() {
-            DType::F32 => b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
-            DType::F16 => b.chunks_exact(2).map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
+            DType::F32 => b
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect(),
+            DType::F16 => b
+                .chunks_exact(2)
+                .map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32())
+                .collect(),
             _ => self
                 .to_i32_vec()
                 .expect("non-float dtypes are integer types")

@@ -220,9 +220,14 @@ impl SpecVersion {
     }
 
     pub fn from_opset(opset: &str) -> Option<SpecVersion> {
-        [SpecVersion::V7, SpecVersion::V8, SpecVersion::V9, SpecVersion::V10]
-            .into_iter()
-            .find(|v| v.opset() == opset)
+        [
+            SpecVersion::V7,
+            SpecVersion::V8,
+            SpecVersion::V9,
+            SpecVersion::V10,
+        ]
+        .into_iter()
+        .find(|v| v.opset() == opset)
     }
 
     /// States, multi-function programs and the iOS18 constexpr ops need spec 9 or later.

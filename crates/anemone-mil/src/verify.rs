@@ -30,7 +30,10 @@ impl OperandTypes for Scope<'_> {
         self.constant.get(v.index()).copied().unwrap_or(false)
     }
     fn operand_name(&self, v: Var) -> String {
-        self.func.values.get(v.index()).map_or_else(|| format!("#{}", v.0), |i| i.name.clone())
+        self.func
+            .values
+            .get(v.index())
+            .map_or_else(|| format!("#{}", v.0), |i| i.name.clone())
     }
 }
 
@@ -44,7 +47,9 @@ fn invalid(f: &Function, detail: String) -> MilError {
 /// Checks one function's SSA form, types, names, state use and outputs.
 pub fn verify_function(f: &Function) -> Result<()> {
     if !is_valid_identifier(&f.name) {
-        return Err(MilError::InvalidName { name: f.name.clone() });
+        return Err(MilError::InvalidName {
+            name: f.name.clone(),
+        });
     }
     let n = f.values.len();
     let mut scope = Scope {
@@ -55,7 +60,9 @@ pub fn verify_function(f: &Function) -> Result<()> {
     let mut names: HashSet<String> = HashSet::new();
     let mut claim = |name: &str| -> Result<()> {
         if !is_valid_identifier(name) {
-            return Err(MilError::InvalidName { name: name.to_string() });
+            return Err(MilError::InvalidName {
+                name: name.to_string(),
+            });
         }
         if !names.insert(name.to_string()) {
             return Err(MilError::DuplicateName {
@@ -71,18 +78,36 @@ pub fn verify_function(f: &Function) -> Result<()> {
                 *d = true;
                 Ok(())
             }
-            Some(true) => Err(invalid(f, format!("{what}: value `{}` is defined twice", f.values[v.index()].name))),
-            None => Err(invalid(f, format!("{what}: value #{} has no entry in the value table", v.0))),
+            Some(true) => Err(invalid(
+                f,
+                format!(
+                    "{what}: value `{}` is defined twice",
+                    f.values[v.index()].name
+                ),
+            )),
+            None => Err(invalid(
+                f,
+                format!("{what}: value #{} has no entry in the value table", v.0),
+            )),
         }
     };
     for &v in &f.inputs {
         define(&mut scope, v, "input")?;
         let info = &f.values[v.index()];
         if !info.ty.tensor().dtype.is_io_type() {
-            return Err(invalid(f, format!("input `{}` has type {}; inputs must be fp16, fp32 or int32", info.name, info.ty)));
+            return Err(invalid(
+                f,
+                format!(
+                    "input `{}` has type {}; inputs must be fp16, fp32 or int32",
+                    info.name, info.ty
+                ),
+            ));
         }
         if info.ty.is_state() && info.ty.tensor().dtype != crate::types::DType::F16 {
-            return Err(invalid(f, format!("state `{}` must wrap fp16, has {}", info.name, info.ty)));
+            return Err(invalid(
+                f,
+                format!("state `{}` must wrap fp16, has {}", info.name, info.ty),
+            ));
         }
         claim(&info.name)?;
     }
@@ -111,7 +136,11 @@ pub fn verify_function(f: &Function) -> Result<()> {
             return Err(MilError::TypeMismatch {
                 op: operation.name.clone(),
                 op_type,
-                detail: format!("declares {} outputs, infers {}", operation.outputs.len(), inferred.len()),
+                detail: format!(
+                    "declares {} outputs, infers {}",
+                    operation.outputs.len(),
+                    inferred.len()
+                ),
             });
         }
         for (v, ty) in operation.outputs.iter().zip(&inferred) {
@@ -128,7 +157,10 @@ pub fn verify_function(f: &Function) -> Result<()> {
             }
         }
         // The op name may equal its first output's name (the usual convention).
-        let first_out = operation.outputs.first().map(|v| f.values[v.index()].name.as_str());
+        let first_out = operation
+            .outputs
+            .first()
+            .map(|v| f.values[v.index()].name.as_str());
         if first_out != Some(operation.name.as_str()) {
             claim(&operation.name)?;
         }
@@ -147,18 +179,27 @@ pub fn verify_function(f: &Function) -> Result<()> {
     let mut seen = HashSet::new();
     for &v in &f.outputs {
         let Some(ty) = scope.operand_type(v) else {
-            return Err(invalid(f, format!("output value #{} is never defined", v.0)));
+            return Err(invalid(
+                f,
+                format!("output value #{} is never defined", v.0),
+            ));
         };
         let name = &f.values[v.index()].name;
         match ty {
             ValueType::State(_) => return Err(invalid(f, format!("output `{name}` is a state"))),
             ValueType::Tensor(t) if !t.dtype.is_io_type() => {
-                return Err(invalid(f, format!("output `{name}` has type {t}; outputs must be fp16, fp32 or int32")))
+                return Err(invalid(
+                    f,
+                    format!("output `{name}` has type {t}; outputs must be fp16, fp32 or int32"),
+                ))
             }
             ValueType::Tensor(_) => {}
         }
         if f.inputs.contains(&v) {
-            return Err(invalid(f, format!("output `{name}` is a function input; pass it through an op")));
+            return Err(invalid(
+                f,
+                format!("output `{name}` is a function input; pass it through an op"),
+            ));
         }
         if !seen.insert(v) {
             return Err(invalid(f, format!("output `{name}` listed twice")));
@@ -167,7 +208,12 @@ pub fn verify_function(f: &Function) -> Result<()> {
     Ok(())
 }
 
-fn claim_param(f: &Function, claim: &mut impl FnMut(&str) -> Result<()>, op: &str, param: &str) -> Result<()> {
+fn claim_param(
+    f: &Function,
+    claim: &mut impl FnMut(&str) -> Result<()>,
+    op: &str,
+    param: &str,
+) -> Result<()> {
     claim(param).map_err(|e| match e {
         MilError::DuplicateName { name, .. } => invalid(
             f,
@@ -228,12 +274,18 @@ pub fn verify_program(p: &Program) -> Result<()> {
     }
     if p.functions().len() > 1 && !p.spec.supports_ios18_features() {
         return Err(MilError::InvalidProgram {
-            detail: format!("multi-function programs need spec version 9 or later (have {})", p.spec.number()),
+            detail: format!(
+                "multi-function programs need spec version 9 or later (have {})",
+                p.spec.number()
+            ),
         });
     }
     if p.function(p.default_function_name()).is_none() {
         return Err(MilError::InvalidProgram {
-            detail: format!("default function `{}` is not defined", p.default_function_name()),
+            detail: format!(
+                "default function `{}` is not defined",
+                p.default_function_name()
+            ),
         });
     }
     Ok(())

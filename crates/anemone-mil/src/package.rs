@@ -1,0 +1,253 @@
+//! `.mlpackage` directories: `Manifest.json`, `Data/com.apple.CoreML/model.mlmodel` and
+//! `Data/com.apple.CoreML/weights/weight.bin`. Writes are deterministic (UUIDs derived from
+//! content) and atomic (temp dir, then rename); an existing package is kept unless overwriting
+//! is asked for.
+
+use std::collections::HashMap;
+use std::fs;
+use std::io::BufWriter;
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+use crate::blob::{BlobFile, BlobWriter};
+use crate::decode::decode_model;
+use crate::encode::encode_with_blob;
+use crate::error::{io_err, MilError, Result};
+use crate::program::Program;
+
+const MODEL_REL: &str = "Data/com.apple.CoreML/model.mlmodel";
+const WEIGHTS_DIR_REL: &str = "Data/com.apple.CoreML/weights";
+const WEIGHT_FILE: &str = "weight.bin";
+
+/// How to write a package.
+#[derive(Clone, Debug, Default)]
+pub struct WriteOptions {
+    /// Replace an existing package at the destination.
+    pub overwrite: bool,
+}
+
+/// What was written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PackageSummary {
+    pub path: PathBuf,
+    pub model_bytes: u64,
+    pub weight_bytes: u64,
+    /// Distinct blobs in weight.bin (shared weights count once).
+    pub blob_count: u32,
+    pub model_sha256: String,
+    pub weights_sha256: String,
+}
+
+/// A UUID-formatted identifier derived from a label and content hash (version 5 layout).
+fn derived_uuid(label: &str, content_sha256: &str) -> String {
+    let mut h = Sha256::new();
+    h.update(b"anemone-mlpackage\0");
+    h.update(label.as_bytes());
+    h.update(b"\0");
+    h.update(content_sha256.as_bytes());
+    let d = h.finalize();
+    let mut b = [0u8; 16];
+    b.copy_from_slice(&d[..16]);
+    b[6] = (b[6] & 0x0F) | 0x50;
+    b[8] = (b[8] & 0x3F) | 0x80;
+    let x = hex::encode(b);
+    format!(
+        "{}-{}-{}-{}-{}",
+        &x[0..8],
+        &x[8..12],
+        &x[12..16],
+        &x[16..20],
+        &x[20..32]
+    )
+}
+
+fn manifest_json(model_id: &str, weights_id: &str) -> String {
+    // Written by hand so the bytes never depend on a JSON library's map ordering.
+    let mut entries = [
+        (
+            weights_id,
+            "CoreML Model Weights",
+            "weights",
+            "com.apple.CoreML/weights",
+        ),
+        (
+            model_id,
+            "CoreML Model Specification",
+            "model.mlmodel",
+            "com.apple.CoreML/model.mlmodel",
+        ),
+    ];
+    entries.sort_by(|a, b| a.0.cmp(b.0));
+    let items: Vec<String> = entries
+        .iter()
+        .map(|(id, desc, name, path)| {
+            format!(
+                "        \"{id}\": {{\n            \"author\": \"com.apple.CoreML\",\n            \"description\": \"{desc}\",\n            \"name\": \"{name}\",\n            \"path\": \"{path}\"\n        }}"
+            )
+        })
+        .collect();
+    format!(
+        "{{\n    \"fileFormatVersion\": \"1.0.0\",\n    \"itemInfoEntries\": {{\n{}\n    }},\n    \"rootModelIdentifier\": \"{model_id}\"\n}}\n",
+        items.join(",\n")
+    )
+}
+
+fn sha256_file(path: &Path) -> Result<String> {
+    let mut f = fs::File::open(path).map_err(io_err(path))?;
+    let mut h = Sha256::new();
+    std::io::copy(&mut f, &mut h).map_err(io_err(path))?;
+    Ok(hex::encode(h.finalize()))
+}
+
+fn write_into(program: &Program, dir: &Path) -> Result<PackageSummary> {
+    let weights_dir = dir.join(WEIGHTS_DIR_REL);
+    fs::create_dir_all(&weights_dir).map_err(io_err(&weights_dir))?;
+    let weight_path = weights_dir.join(WEIGHT_FILE);
+    let file = fs::File::create(&weight_path).map_err(io_err(&weight_path))?;
+    let mut blob = BlobWriter::new(BufWriter::new(file), &weight_path.display().to_string())?;
+    let model = encode_with_blob(program, &mut blob)?;
+    let blob_count = blob.count();
+    let out = blob.finish()?;
+    out.into_inner()
+        .map_err(|e| MilError::Io {
+            path: weight_path.clone(),
+            source: e.into_error(),
+        })?
+        .sync_all()
+        .map_err(io_err(&weight_path))?;
+    let model_path = dir.join(MODEL_REL);
+    fs::write(&model_path, &model).map_err(io_err(&model_path))?;
+    let model_sha256 = hex::encode(Sha256::digest(&model));
+    let weights_sha256 = sha256_file(&weight_path)?;
+    let manifest = manifest_json(
+        &derived_uuid("model.mlmodel", &model_sha256),
+        &derived_uuid("weights", &weights_sha256),
+    );
+    let manifest_path = dir.join("Manifest.json");
+    fs::write(&manifest_path, manifest).map_err(io_err(&manifest_path))?;
+    Ok(PackageSummary {
+        path: dir.to_path_buf(),
+        model_bytes: model.len() as u64,
+        weight_bytes: fs::metadata(&weight_path)
+            .map_err(io_err(&weight_path))?
+            .len(),
+        blob_count,
+        model_sha256,
+        weights_sha256,
+    })
+}
+
+/// Verifies and writes `program` as an `.mlpackage` directory at `path`.
+pub fn write_package(
+    program: &Program,
+    path: &Path,
+    opts: &WriteOptions,
+) -> Result<PackageSummary> {
+    let exists = path.symlink_metadata().is_ok();
+    if exists && !opts.overwrite {
+        return Err(MilError::Package {
+            path: path.to_path_buf(),
+            detail: "already exists (pass overwrite to replace it)".into(),
+        });
+    }
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let file_name = path.file_name().ok_or_else(|| MilError::Package {
+        path: path.to_path_buf(),
+        detail: "has no file name".into(),
+    })?;
+    fs::create_dir_all(&parent).map_err(io_err(&parent))?;
+    let tmp = parent.join(format!(
+        ".{}.tmp-{}",
+        file_name.to_string_lossy(),
+        std::process::id()
+    ));
+    if tmp.exists() {
+        fs::remove_dir_all(&tmp).map_err(io_err(&tmp))?;
+    }
+    let written = write_into(program, &tmp);
+    let mut summary = match written {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = fs::remove_dir_all(&tmp);
+            return Err(e);
+        }
+    };
+    if exists {
+        let meta = path.symlink_metadata().map_err(io_err(path))?;
+        if meta.is_dir() {
+            fs::remove_dir_all(path).map_err(io_err(path))?;
+        } else {
+            fs::remove_file(path).map_err(io_err(path))?;
+        }
+    }
+    fs::rename(&tmp, path).map_err(io_err(path))?;
+    summary.path = path.to_path_buf();
+    Ok(summary)
+}
+
+/// Reads the package's manifest and returns (root model path, weights dir).
+fn locate(path: &Path) -> Result<(PathBuf, PathBuf)> {
+    let bad = |detail: String| MilError::Package {
+        path: path.to_path_buf(),
+        detail,
+    };
+    let manifest_path = path.join("Manifest.json");
+    let text = fs::read_to_string(&manifest_path).map_err(io_err(&manifest_path))?;
+    let json: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| bad(format!("Manifest.json is not JSON: {e}")))?;
+    let items = json
+        .get("itemInfoEntries")
+        .and_then(|v| v.as_object())
+        .ok_or_else(|| bad("Manifest.json has no itemInfoEntries".into()))?;
+    let root = json
+        .get("rootModelIdentifier")
+        .and_then(|v| v.as_str())
+        .ok_or_else(|| bad("Manifest.json has no rootModelIdentifier".into()))?;
+    let item_path = |id: &str| -> Option<PathBuf> {
+        let p = items.get(id)?.get("path")?.as_str()?;
+        // refuse paths escaping the package
+        if Path::new(p)
+            .components()
+            .any(|c| !matches!(c, std::path::Component::Normal(_)))
+        {
+            return None;
+        }
+        Some(path.join("Data").join(p))
+    };
+    let model = item_path(root)
+        .ok_or_else(|| bad(format!("root model `{root}` has no valid path entry")))?;
+    let weights = items
+        .iter()
+        .find(|(_, v)| v.get("name").and_then(|n| n.as_str()) == Some("weights"))
+        .and_then(|(id, _)| item_path(id))
+        .unwrap_or_else(|| model.parent().unwrap_or(path).join("weights"));
+    Ok((model, weights))
+}
+
+/// Reads an `.mlpackage` back into a [`Program`] with its weights loaded from disk.
+pub fn read_package(path: &Path) -> Result<Program> {
+    let (model_path, weights_dir) = locate(path)?;
+    let model = fs::read(&model_path).map_err(io_err(&model_path))?;
+    let mut blobs = HashMap::new();
+    if weights_dir.is_dir() {
+        let mut entries: Vec<PathBuf> = fs::read_dir(&weights_dir)
+            .map_err(io_err(&weights_dir))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|e| e == "bin"))
+            .collect();
+        entries.sort();
+        for p in entries {
+            let bytes = fs::read(&p).map_err(io_err(&p))?;
+            let name = p
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            blobs.insert(name, BlobFile::parse(&p.display().to_string(), bytes)?);
+        }
+    }
+    decode_model(&model_path.display().to_string(), &model, &blobs)
+}
