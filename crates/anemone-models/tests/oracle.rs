@@ -1,0 +1,190 @@
+//! The reference forward against Hugging Face transformers on every random-init checkpoint in
+//! tests/fixtures/oracle: same greedy ids, logits and per-layer residual stream within tolerance.
+
+use anemone_checkpoint::Checkpoint;
+use anemone_models::reference::{ForwardError, LogitsFor, ReferenceModel, ReferenceOptions};
+use anemone_runtime::npy;
+use std::path::{Path, PathBuf};
+
+/// fp32 against fp32 with different summation orders: logits (the bar) and hidden states.
+const LOGITS_TOLERANCE: f32 = 1e-3;
+const HIDDEN_TOLERANCE: f32 = 1e-3;
+
+struct Fixture {
+    name: String,
+    dir: PathBuf,
+    prompt_ids: Vec<u32>,
+    greedy_ids: Vec<u32>,
+}
+
+fn fixtures() -> Vec<Fixture> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/oracle");
+    let mut out: Vec<Fixture> = std::fs::read_dir(&root)
+        .unwrap_or_else(|e| panic!("{}: {e}", root.display()))
+        .map(|entry| entry.unwrap().path())
+        .filter(|dir| dir.join("oracle.json").is_file())
+        .map(|dir| {
+            let oracle: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(dir.join("oracle.json")).unwrap()).unwrap();
+            let ids = |key: &str| -> Vec<u32> {
+                oracle[key]
+                    .as_array()
+                    .unwrap_or_else(|| panic!("{}: no {key}", dir.display()))
+                    .iter()
+                    .map(|v| v.as_u64().unwrap() as u32)
+                    .collect()
+            };
+            Fixture {
+                name: dir.file_name().unwrap().to_string_lossy().into_owned(),
+                prompt_ids: ids("prompt_ids"),
+                greedy_ids: ids("greedy_ids"),
+                dir,
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    assert!(out.len() >= 3, "expected oracle fixtures under {}", root.display());
+    out
+}
+
+fn load(dir: &Path, context_len: Option<usize>) -> ReferenceModel {
+    let checkpoint = Checkpoint::open(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let options = ReferenceOptions {
+        threads: Some(2),
+        context_len,
+    };
+    ReferenceModel::load(&checkpoint, &options).unwrap()
+}
+
+/// `(index, got, want)` of the largest absolute difference.
+fn worst(got: &[f32], want: &[f32]) -> (usize, f32, f32) {
+    assert_eq!(got.len(), want.len(), "length mismatch");
+    got.iter()
+        .zip(want)
+        .enumerate()
+        .map(|(i, (g, w))| (i, *g, *w))
+        .max_by(|a, b| (a.1 - a.2).abs().total_cmp(&(b.1 - b.2).abs()))
+        .unwrap_or((0, 0.0, 0.0))
+}
+
+fn argmax(v: &[f32]) -> u32 {
+    anemone_runtime::sampler::argmax(v)
+}
+
+#[test]
+fn greedy_logits_and_hidden_states_match_transformers() {
+    for f in fixtures() {
+        let logits = npy::read_f32(&f.dir.join("logits.npy")).unwrap();
+        let hidden = npy::read_f32(&f.dir.join("hidden_states.npy")).unwrap();
+        let mut model = load(&f.dir, None);
+        let vocab = model.config().vocab_size;
+        let (layers, hidden_size) = (model.config().num_hidden_layers, model.config().hidden_size);
+        assert_eq!(logits.shape, vec![f.greedy_ids.len(), vocab], "{}", f.name);
+        assert_eq!(
+            hidden.shape,
+            vec![layers + 1, f.prompt_ids.len(), hidden_size],
+            "{}",
+            f.name
+        );
+
+        let trace = model.forward_traced(&f.prompt_ids).unwrap();
+        let per_layer = f.prompt_ids.len() * hidden_size;
+        for (layer, ours) in trace.hidden_states.iter().enumerate() {
+            let want = &hidden.data[layer * per_layer..(layer + 1) * per_layer];
+            let (i, g, w) = worst(ours, want);
+            assert!(
+                (g - w).abs() <= HIDDEN_TOLERANCE,
+                "{}: hidden state {layer}, position {}, channel {}: ours {g}, transformers {w}",
+                f.name,
+                i / hidden_size,
+                i % hidden_size
+            );
+        }
+
+        let mut step_logits = trace.logits[(f.prompt_ids.len() - 1) * vocab..].to_vec();
+        for (step, &want_id) in f.greedy_ids.iter().enumerate() {
+            let want = &logits.data[step * vocab..(step + 1) * vocab];
+            let (i, g, w) = worst(&step_logits, want);
+            assert!(
+                (g - w).abs() <= LOGITS_TOLERANCE,
+                "{}: step {step}, token {i}: ours {g}, transformers {w}",
+                f.name
+            );
+            assert_eq!(argmax(&step_logits), want_id, "{}: greedy step {step}", f.name);
+            step_logits = model.forward(&[want_id], LogitsFor::LastPosition).unwrap();
+        }
+    }
+}
+
+#[test]
+fn one_prefill_equals_prefill_then_decode() {
+    for f in fixtures() {
+        let mut model = load(&f.dir, None);
+        let vocab = model.config().vocab_size;
+        let sequence: Vec<u32> = f.prompt_ids.iter().chain(&f.greedy_ids).copied().collect();
+        let all = model.forward(&sequence, LogitsFor::AllPositions).unwrap();
+        assert_eq!(all.len(), sequence.len() * vocab);
+        model.reset();
+        assert_eq!(model.position(), 0);
+        let split = f.prompt_ids.len();
+        let first = model.forward(&sequence[..split], LogitsFor::LastPosition).unwrap();
+        let mut rows = vec![first];
+        for &id in &sequence[split..] {
+            rows.push(model.forward(&[id], LogitsFor::LastPosition).unwrap());
+        }
+        for (k, row) in rows.iter().enumerate() {
+            let position = split - 1 + k;
+            let (i, g, w) = worst(row, &all[position * vocab..(position + 1) * vocab]);
+            assert!(
+                (g - w).abs() <= 1e-4,
+                "{}: position {position}, token {i}: incremental {g}, batched {w}",
+                f.name
+            );
+        }
+        assert_eq!(model.position(), sequence.len());
+    }
+}
+
+#[test]
+fn context_overflow_and_bad_tokens_are_errors() {
+    let f = &fixtures()[0];
+    let n = f.prompt_ids.len();
+    let mut model = load(&f.dir, Some(n + 1));
+    assert_eq!(model.context_len(), n + 1);
+    model
+        .forward(&f.prompt_ids, LogitsFor::LastPosition)
+        .unwrap();
+    let err = model.forward(&[1, 2], LogitsFor::LastPosition).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ForwardError::ContextOverflow { position, requested: 2, context_len }
+                if position == n && context_len == n + 1
+        ),
+        "{err}"
+    );
+    assert_eq!(model.position(), n, "a rejected forward leaves the cache unchanged");
+    model.forward(&[1], LogitsFor::LastPosition).unwrap();
+
+    model.reset();
+    let vocab = model.config().vocab_size as u32;
+    assert!(matches!(
+        model.forward(&[0, vocab], LogitsFor::LastPosition),
+        Err(ForwardError::TokenOutOfRange { token, .. }) if token == vocab
+    ));
+    assert!(matches!(
+        model.forward(&[], LogitsFor::LastPosition),
+        Err(ForwardError::EmptyInput)
+    ));
+
+    let checkpoint = Checkpoint::open(&f.dir).unwrap();
+    let too_long = checkpoint.config.max_position_embeddings + 1;
+    let options = ReferenceOptions {
+        threads: Some(1),
+        context_len: Some(too_long),
+    };
+    assert!(matches!(
+        ReferenceModel::load(&checkpoint, &options),
+        Err(ForwardError::Config { .. })
+    ));
+}
