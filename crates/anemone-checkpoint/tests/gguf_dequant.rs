@@ -57,10 +57,16 @@ fn f32_f16_bf16_widen_exactly() {
     let xs = [0.0f32, -1.5, 3.140625, 65504.0, -(2f32.powi(-14))];
     let f32_bytes: Vec<u8> = xs.iter().flat_map(|x| x.to_le_bytes()).collect();
     assert_eq!(run(GgmlType::F32, &f32_bytes), xs);
-    let f16_bytes: Vec<u8> = xs.iter().flat_map(|&x| f16::from_f32(x).to_le_bytes()).collect();
+    let f16_bytes: Vec<u8> = xs
+        .iter()
+        .flat_map(|&x| f16::from_f32(x).to_le_bytes())
+        .collect();
     assert_eq!(run(GgmlType::F16, &f16_bytes), xs);
     let b = [1.0f32, -2.5, 2f32.powi(100), 0.0078125];
-    let bf_bytes: Vec<u8> = b.iter().flat_map(|&x| bf16::from_f32(x).to_le_bytes()).collect();
+    let bf_bytes: Vec<u8> = b
+        .iter()
+        .flat_map(|&x| bf16::from_f32(x).to_le_bytes())
+        .collect();
     assert_eq!(run(GgmlType::BF16, &bf_bytes), b);
 }
 
@@ -101,7 +107,12 @@ fn q5_0_and_q5_1_hand_built() {
     let (d, d_bytes) = h(-0.03125);
     let (m, m_bytes) = h(0.5);
 
-    let block: Vec<u8> = d_bytes.iter().chain(&qh.to_le_bytes()).chain(&qs).copied().collect();
+    let block: Vec<u8> = d_bytes
+        .iter()
+        .chain(&qh.to_le_bytes())
+        .chain(&qs)
+        .copied()
+        .collect();
     let want: Vec<f32> = q.iter().map(|&v| (v as f32 - 16.0) * d).collect();
     assert_close("Q5_0", &run(GgmlType::Q5_0, &block), &want, DEQUANT_TOL);
 
@@ -120,7 +131,11 @@ fn q5_0_and_q5_1_hand_built() {
 fn q8_0_hand_built() {
     let q: Vec<i8> = (0..32).map(|i| (i * 9 - 128) as i8).collect();
     let (d, d_bytes) = h(0.0078125);
-    let block: Vec<u8> = d_bytes.iter().copied().chain(q.iter().map(|&v| v as u8)).collect();
+    let block: Vec<u8> = d_bytes
+        .iter()
+        .copied()
+        .chain(q.iter().map(|&v| v as u8))
+        .collect();
     let want: Vec<f32> = q.iter().map(|&v| v as f32 * d).collect();
     assert_close("Q8_0", &run(GgmlType::Q8_0, &block), &want, DEQUANT_TOL);
 }
@@ -181,7 +196,9 @@ fn q3_k_hand_built() {
     block.extend(two_bit_planes(&low));
     block.extend(packed);
     block.extend(d_bytes);
-    let want: Vec<f32> = (0..256).map(|e| d * sc[e / 16] as f32 * q[e] as f32).collect();
+    let want: Vec<f32> = (0..256)
+        .map(|e| d * sc[e / 16] as f32 * q[e] as f32)
+        .collect();
     assert_close("Q3_K", &run(GgmlType::Q3_K, &block), &want, DEQUANT_TOL);
 }
 
@@ -221,7 +238,12 @@ fn q4_k_and_q5_k_hand_built() {
     let scales = pack_scale_min(&sc, &mn);
 
     let q4: [u32; 256] = std::array::from_fn(|_| codes.next(16));
-    let mut block: Vec<u8> = d_bytes.iter().chain(&dmin_bytes).chain(&scales).copied().collect();
+    let mut block: Vec<u8> = d_bytes
+        .iter()
+        .chain(&dmin_bytes)
+        .chain(&scales)
+        .copied()
+        .collect();
     block.extend(k_nibbles(&q4));
     let want: Vec<f32> = (0..256)
         .map(|e| d * sc[e / 32] as f32 * q4[e] as f32 - dmin * mn[e / 32] as f32)
@@ -234,7 +256,12 @@ fn q4_k_and_q5_k_hand_built() {
     for (e, &v) in q5.iter().enumerate() {
         qh[e % 32] |= (((v >> 4) & 1) as u8) << (e / 32);
     }
-    let mut block: Vec<u8> = d_bytes.iter().chain(&dmin_bytes).chain(&scales).copied().collect();
+    let mut block: Vec<u8> = d_bytes
+        .iter()
+        .chain(&dmin_bytes)
+        .chain(&scales)
+        .copied()
+        .collect();
     block.extend(qh);
     block.extend(k_nibbles(&q5));
     let want: Vec<f32> = (0..256)
@@ -262,7 +289,9 @@ fn q6_k_hand_built() {
     block.extend(qh);
     block.extend(sc.iter().map(|&s| s as u8));
     block.extend(d_bytes);
-    let want: Vec<f32> = (0..256).map(|e| d * sc[e / 16] as f32 * q[e] as f32).collect();
+    let want: Vec<f32> = (0..256)
+        .map(|e| d * sc[e / 16] as f32 * q[e] as f32)
+        .collect();
     assert_close("Q6_K", &run(GgmlType::Q6_K, &block), &want, DEQUANT_TOL);
 }
 
@@ -321,7 +350,12 @@ fn block_geometry_matches_ggml() {
         (GgmlType::Q6_K, 256, 210),
     ];
     for (ty, len, bytes) in expected {
-        assert_eq!((ty.block_len(), ty.block_bytes()), (len, bytes), "{}", ty.name());
+        assert_eq!(
+            (ty.block_len(), ty.block_bytes()),
+            (len, bytes),
+            "{}",
+            ty.name()
+        );
         assert_eq!(GgmlType::from_id(ty.id()), Some(ty));
     }
     assert_eq!(GgmlType::from_id(16), None, "IQ2_XXS is not supported");

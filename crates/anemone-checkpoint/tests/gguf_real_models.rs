@@ -90,7 +90,10 @@ fn qwen2_5_config() {
     ckpt.validate().unwrap();
     assert_eq!(ckpt.tensors.names().len(), 291);
     let info = ckpt.tensors.info("lm_head.weight").unwrap();
-    assert_eq!((info.shape, info.dtype.as_str()), (vec![151936, 896], "Q8_0"));
+    assert_eq!(
+        (info.shape, info.dtype.as_str()),
+        (vec![151936, 896], "Q8_0")
+    );
     let info = ckpt
         .tensors
         .info("model.layers.0.self_attn.k_proj.bias")
@@ -131,7 +134,8 @@ fn tensor_values_match_gguf_python() {
             }
             let sum: f64 = data.iter().map(|&x| x as f64).sum();
             let abs_sum: f64 = data.iter().map(|&x| (x as f64).abs()).sum();
-            for (what, got, want) in [("sum", sum, &e["sum"]), ("abs_sum", abs_sum, &e["abs_sum"])] {
+            for (what, got, want) in [("sum", sum, &e["sum"]), ("abs_sum", abs_sum, &e["abs_sum"])]
+            {
                 let want = want.as_f64().unwrap();
                 assert!(
                     (got - want).abs() <= SUM_REL_TOL * want.abs().max(1.0),
@@ -180,7 +184,10 @@ fn load_every_tensor_and_report_time() {
             let info = ckpt.tensors.info(&name).unwrap();
             let data = ckpt.load_f32(&name).unwrap();
             assert_eq!(data.len(), info.numel(), "{name}");
-            assert!(data.iter().all(|x| x.is_finite()), "{file} {name}: non-finite value");
+            assert!(
+                data.iter().all(|x| x.is_finite()),
+                "{file} {name}: non-finite value"
+            );
             elements += data.len();
         }
         eprintln!(

@@ -28,7 +28,15 @@ pub struct TensorFacts {
     pub has_q_bias: bool,
     /// Rows of `token_embd.weight`, the vocabulary the weights were trained with.
     pub embedding_rows: Option<usize>,
+    /// How many tensors the file holds.
+    pub count: usize,
 }
+
+/// Bound on any single dimension, so shape arithmetic downstream cannot overflow.
+const MAX_DIM: usize = 1 << 32;
+
+/// Tensors every decoder layer has at least (norms, q/k/v/o, gate/up/down).
+const MIN_TENSORS_PER_LAYER: usize = 9;
 
 pub fn decoder_config(
     meta: &Metadata,
@@ -47,6 +55,16 @@ pub fn decoder_config(
     };
     let hidden_size = positive("embedding_length")?;
     let num_hidden_layers = positive("block_count")?;
+    // Bounds the work (and memory) of checking the tensors a lying layer count would imply.
+    if num_hidden_layers.saturating_mul(MIN_TENSORS_PER_LAYER) > tensors.count {
+        return Err(meta.bad(
+            &key("block_count"),
+            format!(
+                "{num_hidden_layers} layers, but the file holds only {} tensors",
+                tensors.count
+            ),
+        ));
+    }
     let intermediate_size = positive("feed_forward_length")?;
     let num_attention_heads = positive("attention.head_count")?;
     let kv_key = key("attention.head_count_kv");
@@ -70,6 +88,15 @@ pub fn decoder_config(
             ))
         }
     };
+    if num_attention_heads
+        .checked_mul(head_dim)
+        .is_none_or(|q_dim| q_dim > MAX_DIM)
+    {
+        return Err(meta.bad(
+            &key("attention.head_count"),
+            format!("{num_attention_heads} heads of size {head_dim} is implausibly large"),
+        ));
+    }
     let unsupported = |what: String| CheckpointError::Unsupported {
         path: meta.path.clone(),
         what,

@@ -34,6 +34,7 @@ pub fn open_file(path: &Path) -> Result<Checkpoint> {
         has_output: find("output.weight").is_some(),
         has_q_bias: find("blk.0.attn_q.bias").is_some(),
         embedding_rows: find("token_embd.weight").and_then(|t| t.hf_shape().first().copied()),
+        count: file.tensors.len(),
     };
     let config = hparams::decoder_config(meta, facts, tokenizer.as_ref())?;
     let store = GgufStore::new(file.clone(), &config)?;

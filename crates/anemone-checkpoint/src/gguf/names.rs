@@ -102,7 +102,7 @@ mod tests {
 
     #[test]
     fn unpermute_inverts_llama_cpp_permute() {
-        for &(heads, head_dim, cols) in &[(1, 2, 1), (3, 8, 5), (9, 64, 3), (2, 128, 2)] {
+        for &(heads, head_dim, cols) in &[(1, 4, 1), (3, 8, 5), (9, 64, 3), (2, 128, 2)] {
             let rows = heads * head_dim;
             let w: Vec<f32> = (0..rows * cols).map(|x| x as f32).collect();
             let permuted = llama_cpp_permute(&w, rows, cols, heads);
