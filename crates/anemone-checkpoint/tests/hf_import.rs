@@ -28,13 +28,19 @@ fn llama_dir_maps_config_and_loads_every_tensor_exactly() {
         (c.hidden_size, c.intermediate_size, c.num_hidden_layers),
         (HIDDEN, INTERMEDIATE, LAYERS)
     );
-    assert_eq!((c.num_attention_heads, c.num_key_value_heads), (HEADS, KV_HEADS));
+    assert_eq!(
+        (c.num_attention_heads, c.num_key_value_heads),
+        (HEADS, KV_HEADS)
+    );
     assert_eq!((c.head_dim, c.vocab_size), (HEAD_DIM, VOCAB));
     assert_eq!(c.rope_theta, 12345.0);
     assert_eq!(c.rms_norm_eps, 1e-5);
     assert!(!c.tie_word_embeddings && !c.attention_bias && !c.qk_norm);
     assert_eq!(c.max_position_embeddings, 128);
-    assert_eq!((c.bos_token_id, c.eos_token_ids.clone()), (Some(0), vec![1]));
+    assert_eq!(
+        (c.bos_token_id, c.eos_token_ids.clone()),
+        (Some(0), vec![1])
+    );
     assert!(checkpoint.tokenizer.is_none());
     assert_loads_exactly(&checkpoint, "llama", false);
     assert_eq!(
@@ -45,7 +51,9 @@ fn llama_dir_maps_config_and_loads_every_tensor_exactly() {
     assert_eq!(provenance.len(), 2);
     assert_eq!(
         provenance[1].bytes,
-        std::fs::metadata(dir.file("model.safetensors")).unwrap().len()
+        std::fs::metadata(dir.file("model.safetensors"))
+            .unwrap()
+            .len()
     );
 }
 
@@ -82,7 +90,10 @@ fn qwen3_transformers5_config_with_rope_parameters_and_explicit_head_dim() {
         "rope_parameters".into(),
         json!({"rope_theta": 1000000.0, "rope_type": "default"}),
     );
-    obj.insert("layer_types".into(), json!(["full_attention", "full_attention"]));
+    obj.insert(
+        "layer_types".into(),
+        json!(["full_attention", "full_attention"]),
+    );
     obj.insert("use_sliding_window".into(), json!(false));
     obj.insert("sliding_window".into(), json!(null));
     obj.insert("head_dim".into(), json!(HEAD_DIM));
@@ -171,7 +182,9 @@ fn unsupported_dtype_is_named_on_load() {
     ));
     let dir = TinyDir::with(tiny_config("llama"), &tensors);
     let checkpoint = Checkpoint::open(dir.path()).unwrap();
-    let err = checkpoint.load_f32("model.rotary_emb.inv_freq_ids").unwrap_err();
+    let err = checkpoint
+        .load_f32("model.rotary_emb.inv_freq_ids")
+        .unwrap_err();
     assert!(
         matches!(&err, CheckpointError::UnsupportedDtype { tensor, dtype, .. }
             if tensor == "model.rotary_emb.inv_freq_ids" && dtype == "I32"),
@@ -208,7 +221,10 @@ fn generation_config_eos_list_wins_over_config_json() {
         .source_paths
         .contains(&dir.file("generation_config.json")));
 
-    write_json(&dir.file("generation_config.json"), &json!({"eos_token_id": 5}));
+    write_json(
+        &dir.file("generation_config.json"),
+        &json!({"eos_token_id": 5}),
+    );
     let checkpoint = Checkpoint::open(dir.path()).unwrap();
     assert_eq!(checkpoint.config.eos_token_ids, vec![5]);
 }

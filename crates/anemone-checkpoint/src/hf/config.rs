@@ -242,7 +242,9 @@ fn check_no_sliding_window(f: &Fields) -> Result<()> {
                         format!("`{other}` for layer {layer} (only full_attention)"),
                     ))
                 }
-                None => return Err(f.bad("layer_types", format!("layer {layer}: expected a string"))),
+                None => {
+                    return Err(f.bad("layer_types", format!("layer {layer}: expected a string")))
+                }
             }
         }
     }
@@ -279,9 +281,12 @@ fn rope_theta(f: &Fields) -> Result<f64> {
             None => {}
         }
         if let Some(t) = params.get("rope_theta") {
-            let t = t
-                .as_f64()
-                .ok_or_else(|| f.bad(&nested("rope_theta"), format!("expected a number, found {t}")))?;
+            let t = t.as_f64().ok_or_else(|| {
+                f.bad(
+                    &nested("rope_theta"),
+                    format!("expected a number, found {t}"),
+                )
+            })?;
             theta = Some(t);
         }
     }

@@ -140,7 +140,10 @@ pub struct TinyDir {
 
 impl TinyDir {
     pub fn new(model_type: &str) -> Self {
-        Self::with(tiny_config(model_type), &tiny_tensors(model_type, false, Dtype::F32))
+        Self::with(
+            tiny_config(model_type),
+            &tiny_tensors(model_type, false, Dtype::F32),
+        )
     }
 
     pub fn with(config: Value, tensors: &[RawTensor]) -> Self {

@@ -1,0 +1,163 @@
+//! Every transformers-made fixture under tests/fixtures/oracle opens, validates, and maps to the
+//! config its config.json states (read here independently, as plain JSON).
+
+mod hf_support;
+
+use anemone_checkpoint::{Architecture, Checkpoint};
+use hf_support::repo_root;
+use serde_json::Value;
+use std::path::Path;
+
+fn read(path: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+fn uint(v: &Value, field: &str) -> usize {
+    v[field]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{field} in fixture")) as usize
+}
+
+/// Number of f32 elements an `.npy` file of shape `shape` holds, checked against its header.
+fn npy_shape(path: &Path) -> Vec<usize> {
+    let bytes = std::fs::read(path).unwrap();
+    assert_eq!(&bytes[..6], b"\x93NUMPY", "{}", path.display());
+    let header_len = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
+    let header = std::str::from_utf8(&bytes[10..10 + header_len]).unwrap();
+    assert!(header.contains("'descr': '<f4'"), "{header}");
+    assert!(header.contains("'fortran_order': False"), "{header}");
+    let start = header.find("'shape': (").unwrap() + "'shape': (".len();
+    let end = start + header[start..].find(')').unwrap();
+    let shape: Vec<usize> = header[start..end]
+        .split(',')
+        .filter(|s| !s.trim().is_empty())
+        .map(|s| s.trim().parse().unwrap())
+        .collect();
+    assert_eq!(
+        bytes.len() - 10 - header_len,
+        4 * shape.iter().product::<usize>(),
+        "{}",
+        path.display()
+    );
+    shape
+}
+
+#[test]
+fn every_oracle_fixture_opens_and_matches_its_config_json() {
+    let root = repo_root().join("tests/fixtures/oracle");
+    let mut dirs: Vec<_> = std::fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
+        .collect();
+    dirs.sort();
+    let mut seen = std::collections::HashSet::new();
+    for dir in &dirs {
+        let name = dir.file_name().unwrap().to_string_lossy().to_string();
+        let json = read(&dir.join("config.json"));
+        let checkpoint = Checkpoint::open(dir).unwrap_or_else(|e| panic!("{name}: {e}"));
+        checkpoint.validate().unwrap();
+        let c = &checkpoint.config;
+        seen.insert(c.architecture);
+
+        let arch = Architecture::parse(json["model_type"].as_str().unwrap()).unwrap();
+        assert_eq!(c.architecture, arch, "{name}");
+        assert_eq!(c.hidden_size, uint(&json, "hidden_size"), "{name}");
+        assert_eq!(
+            c.intermediate_size,
+            uint(&json, "intermediate_size"),
+            "{name}"
+        );
+        assert_eq!(
+            c.num_hidden_layers,
+            uint(&json, "num_hidden_layers"),
+            "{name}"
+        );
+        assert_eq!(
+            c.num_attention_heads,
+            uint(&json, "num_attention_heads"),
+            "{name}"
+        );
+        assert_eq!(
+            c.num_key_value_heads,
+            uint(&json, "num_key_value_heads"),
+            "{name}"
+        );
+        assert_eq!(c.head_dim, uint(&json, "head_dim"), "{name}");
+        assert_eq!(c.vocab_size, uint(&json, "vocab_size"), "{name}");
+        assert_eq!(
+            c.max_position_embeddings,
+            uint(&json, "max_position_embeddings"),
+            "{name}"
+        );
+        assert_eq!(
+            Some(c.rope_theta),
+            json["rope_parameters"]["rope_theta"].as_f64(),
+            "{name}"
+        );
+        assert_eq!(
+            Some(c.rms_norm_eps),
+            json["rms_norm_eps"].as_f64(),
+            "{name}"
+        );
+        assert_eq!(
+            Some(c.tie_word_embeddings),
+            json["tie_word_embeddings"].as_bool(),
+            "{name}"
+        );
+        assert_eq!(c.attention_bias, arch == Architecture::Qwen2, "{name}");
+        assert_eq!(c.qk_norm, arch == Architecture::Qwen3, "{name}");
+        assert_eq!(
+            c.bos_token_id,
+            Some(uint(&json, "bos_token_id") as u32),
+            "{name}"
+        );
+        let generation = read(&dir.join("generation_config.json"));
+        let eos: Vec<u32> = match &generation["eos_token_id"] {
+            Value::Array(ids) => ids.iter().map(|v| v.as_u64().unwrap() as u32).collect(),
+            v => vec![v.as_u64().unwrap() as u32],
+        };
+        assert_eq!(c.eos_token_ids, eos, "{name}");
+        assert_eq!(
+            checkpoint.tensors.info("lm_head.weight").is_some(),
+            !c.tie_word_embeddings,
+            "{name}"
+        );
+
+        // Every tensor loads, finite, with the shape the config implies.
+        for (tensor, shape) in c.expected_tensors() {
+            let data = checkpoint.load_f32(&tensor).unwrap();
+            assert_eq!(
+                data.len(),
+                shape.iter().product::<usize>(),
+                "{name}: {tensor}"
+            );
+            assert!(data.iter().all(|v| v.is_finite()), "{name}: {tensor}");
+        }
+
+        // The oracle outputs agree with the config (the reference-forward tests rely on this).
+        let oracle = read(&dir.join("oracle.json"));
+        let prompt = oracle["prompt_ids"].as_array().unwrap();
+        let greedy = oracle["greedy_ids"].as_array().unwrap();
+        assert!(prompt
+            .iter()
+            .chain(greedy)
+            .all(|id| (id.as_u64().unwrap() as usize) < c.vocab_size));
+        assert_eq!(
+            npy_shape(&dir.join("logits.npy")),
+            vec![greedy.len(), c.vocab_size],
+            "{name}"
+        );
+        assert_eq!(
+            npy_shape(&dir.join("hidden_states.npy")),
+            vec![c.num_hidden_layers + 1, prompt.len(), c.hidden_size],
+            "{name}"
+        );
+    }
+    assert!(
+        dirs.len() >= 6,
+        "expected at least 6 fixtures, found {}",
+        dirs.len()
+    );
+    assert_eq!(seen.len(), 3, "every architecture has fixtures: {seen:?}");
+}
