@@ -311,3 +311,142 @@ fn lying_layer_and_head_counts_are_refused_cheaply() {
         other => panic!("expected BadField, got {other:?}"),
     }
 }
+
+#[test]
+fn llama_q_and_k_biases_are_unpermuted_too() {
+    // llama.cpp's converter permutes q_proj/k_proj biases exactly like their weights.
+    let (mut w, _, _) = tiny_llama();
+    let (q, kv) = (HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM);
+    let mut hf = Vec::new();
+    for l in 0..LAYERS {
+        let (qb, kb, vb) = (values(60 + l, q), values(70 + l, kv), values(80 + l, kv));
+        w.tensor_f32(
+            &format!("blk.{l}.attn_q.bias"),
+            &[q],
+            &llama_cpp_permute(&qb, q, 1, HEADS),
+        )
+        .tensor_f32(
+            &format!("blk.{l}.attn_k.bias"),
+            &[kv],
+            &llama_cpp_permute(&kb, kv, 1, KV_HEADS),
+        )
+        .tensor_f32(&format!("blk.{l}.attn_v.bias"), &[kv], &vb);
+        hf.push((qb, kb, vb));
+    }
+    let ckpt = open(&w).unwrap();
+    assert!(ckpt.config.attention_bias);
+    let (qb, kb, vb) = &hf[1];
+    assert_eq!(
+        &ckpt
+            .load_f32("model.layers.1.self_attn.q_proj.bias")
+            .unwrap(),
+        qb
+    );
+    assert_eq!(
+        &ckpt
+            .load_f32("model.layers.1.self_attn.k_proj.bias")
+            .unwrap(),
+        kb
+    );
+    assert_eq!(
+        &ckpt
+            .load_f32("model.layers.1.self_attn.v_proj.bias")
+            .unwrap(),
+        vb
+    );
+}
+
+/// Adds a byte-level BPE tokenizer: every byte spelled GPT-2's way, a few merges, specials.
+fn with_tokenizer(w: &mut GgufWriter, pre: Option<&str>, add_bos: bool) -> Vec<String> {
+    let spelling = anemone_checkpoint::gguf::tokenizer::byte_spelling();
+    let mut tokens: Vec<String> = vec![
+        "<|endoftext|>".into(),
+        "<|im_start|>".into(),
+        "<|im_end|>".into(),
+        "<think>".into(),
+    ];
+    let mut types = vec![3, 3, 3, 4];
+    tokens.extend(spelling.iter().map(|c| c.to_string()));
+    types.extend(std::iter::repeat_n(1, 256));
+    let merges = ["h e", "l l", "he ll", "Ġ w", "o r"];
+    for m in merges {
+        tokens.push(m.replace(' ', ""));
+        types.push(1);
+    }
+    let n = tokens.len();
+    w.kv("tokenizer.ggml.model", Val::Str("gpt2".into()))
+        .kv("tokenizer.ggml.tokens", Val::StrArr(tokens.clone()))
+        .kv("tokenizer.ggml.token_type", Val::I32Arr(types))
+        .kv(
+            "tokenizer.ggml.merges",
+            Val::StrArr(merges.map(String::from).to_vec()),
+        )
+        .kv("tokenizer.ggml.bos_token_id", Val::U32(1))
+        .kv("tokenizer.ggml.eos_token_id", Val::U32(2))
+        .kv("tokenizer.ggml.add_bos_token", Val::Bool(add_bos))
+        .kv("tokenizer.chat_template", Val::Str("{{ messages }}".into()))
+        .remove_kv("llama.vocab_size");
+    if let Some(pre) = pre {
+        w.kv("tokenizer.ggml.pre", Val::Str(pre.into()));
+    }
+    w.remove_tensor("token_embd.weight");
+    w.tensor_f32("token_embd.weight", &[n, HIDDEN], &values(1, n * HIDDEN));
+    tokens
+}
+
+#[test]
+fn synthetic_tokenizer_merges_specials_bos_and_round_trip() {
+    let (mut w, _, _) = tiny_llama();
+    let tokens = with_tokenizer(&mut w, Some("smollm"), true);
+    let ckpt = open(&w).unwrap();
+    assert_eq!(ckpt.config.vocab_size, tokens.len());
+    assert_eq!(ckpt.config.eos_token_ids, vec![2, 0]);
+    let bundle = ckpt.tokenizer.as_ref().unwrap();
+    assert!(bundle.add_bos);
+    assert_eq!(bundle.bos_token.as_deref(), Some("<|im_start|>"));
+    assert_eq!(bundle.chat_template.as_deref(), Some("{{ messages }}"));
+    let id = |t: &str| tokens.iter().position(|x| x == t).unwrap() as u32;
+    let text = "hello world<|im_end|><think>12";
+    let ids = bundle
+        .tokenizer
+        .encode(text, true)
+        .unwrap()
+        .get_ids()
+        .to_vec();
+    let expected: Vec<u32> = vec![
+        1, // BOS, because add_bos_token
+        id("hell"),
+        id("o"),
+        id("Ġw"),
+        id("or"),
+        id("l"),
+        id("d"),
+        2,
+        3,
+        id("1"),
+        id("2"),
+    ];
+    assert_eq!(ids, expected);
+    assert_eq!(bundle.tokenizer.decode(&ids[1..], false).unwrap(), text);
+}
+
+#[test]
+fn unsupported_tokenizers_are_named() {
+    let (mut w, _, _) = tiny_llama();
+    with_tokenizer(&mut w, Some("chatglm-bpe"), false);
+    match open(&w) {
+        Err(CheckpointError::Tokenizer { problem }) => {
+            assert!(problem.contains("chatglm-bpe"), "{problem}")
+        }
+        other => panic!("expected Tokenizer error, got {other:?}"),
+    }
+    let (mut w, _, _) = tiny_llama();
+    with_tokenizer(&mut w, None, false);
+    w.kv("tokenizer.ggml.model", Val::Str("llama".into()));
+    match open(&w) {
+        Err(CheckpointError::Tokenizer { problem }) => {
+            assert!(problem.contains("`llama`"), "{problem}")
+        }
+        other => panic!("expected Tokenizer error, got {other:?}"),
+    }
+}

@@ -17,6 +17,7 @@ use crate::error::{CheckpointError, Result};
 use crate::store::{TensorInfo, TensorStore};
 use crate::Checkpoint;
 use names::RowPermutation;
+use rayon::prelude::*;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -141,16 +142,34 @@ impl TensorStore for GgufStore {
             .get(name)
             .ok_or_else(|| CheckpointError::MissingTensor { name: name.into() })?;
         let desc = &self.file.tensors[stored.index];
+        let bytes = self.file.tensor_bytes(desc);
         let mut out = vec![0.0f32; desc.numel()];
-        dequant::dequantize(desc.ggml_type, self.file.tensor_bytes(desc), &mut out);
-        Ok(match stored.permutation {
-            RowPermutation::None => out,
-            RowPermutation::Interleaved { heads } => {
-                let shape = desc.hf_shape();
-                let rows = shape[0];
-                let cols = shape.get(1).copied().unwrap_or(1);
-                names::unpermute_rows(&out, rows, cols, heads)
+        let shape = desc.hf_shape();
+        match (stored.permutation, shape.as_slice()) {
+            (RowPermutation::Interleaved { heads }, &[rows, cols]) if rows > 0 => {
+                // Each ggml row is whole blocks: dequantize it straight into its Hugging Face row.
+                let head_dim = rows / heads;
+                let row_bytes = bytes.len() / rows;
+                out.par_chunks_mut(cols)
+                    .enumerate()
+                    .for_each(|(hf_row, dst)| {
+                        let g = names::gguf_row(hf_row, head_dim);
+                        dequant::dequantize_serial(
+                            desc.ggml_type,
+                            &bytes[g * row_bytes..(g + 1) * row_bytes],
+                            dst,
+                        );
+                    });
+                Ok(out)
             }
-        })
+            (RowPermutation::Interleaved { heads }, &[rows]) => {
+                dequant::dequantize(desc.ggml_type, bytes, &mut out);
+                Ok(names::unpermute_rows(&out, rows, 1, heads))
+            }
+            _ => {
+                dequant::dequantize(desc.ggml_type, bytes, &mut out);
+                Ok(out)
+            }
+        }
     }
 }

@@ -51,27 +51,29 @@ pub enum RowPermutation {
     },
 }
 
-/// Undoes llama.cpp's `permute` of a `[rows, cols]` row-major matrix, in place of a copy.
+/// The GGUF row that holds Hugging Face row `hf_row` of a llama q/k projection whose heads are
+/// `head_dim` rows each.
 ///
-/// llama.cpp's converter writes rows of head `h` in the order it gets by viewing the Hugging Face
-/// rows as `[heads, 2, head_dim/2, cols]` and swapping axes 1 and 2, i.e. GGUF row
-/// `h·hd + 2i + s` holds Hugging Face row `h·hd + s·hd/2 + i` (`s` ∈ {0, 1}, `i` < hd/2).
-/// This puts the rows back: each rotate-half pair (i, i + hd/2) returns to its half.
+/// llama.cpp's converter writes rows of each head in the order it gets by viewing the Hugging
+/// Face rows as `[heads, 2, head_dim/2, cols]` and swapping axes 1 and 2: Hugging Face row
+/// `h·hd + s·hd/2 + i` (`s` ∈ {0, 1}, `i` < hd/2) lands in GGUF row `h·hd + 2i + s`. Reading
+/// through this map puts each rotate-half pair (i, i + hd/2) back in its half.
+pub fn gguf_row(hf_row: usize, head_dim: usize) -> usize {
+    let half = head_dim / 2;
+    let (head, within) = (hf_row / head_dim, hf_row % head_dim);
+    let (s, i) = (within / half, within % half);
+    head * head_dim + 2 * i + s
+}
+
+/// Undoes llama.cpp's `permute` of a `[rows, cols]` row-major matrix (see [`gguf_row`]).
 ///
 /// Requires `rows % (2·heads) == 0` and `data.len() == rows·cols` (the caller checks both).
 pub fn unpermute_rows(data: &[f32], rows: usize, cols: usize, heads: usize) -> Vec<f32> {
     let head_dim = rows / heads;
-    let half = head_dim / 2;
-    let mut out = vec![0.0f32; data.len()];
-    for h in 0..heads {
-        for s in 0..2 {
-            for i in 0..half {
-                let hf_row = h * head_dim + s * half + i;
-                let gguf_row = h * head_dim + 2 * i + s;
-                out[hf_row * cols..(hf_row + 1) * cols]
-                    .copy_from_slice(&data[gguf_row * cols..(gguf_row + 1) * cols]);
-            }
-        }
+    let mut out = Vec::with_capacity(data.len());
+    for hf_row in 0..rows {
+        let g = gguf_row(hf_row, head_dim);
+        out.extend_from_slice(&data[g * cols..(g + 1) * cols]);
     }
     out
 }
