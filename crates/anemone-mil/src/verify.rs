@@ -2,7 +2,7 @@
 //! structure. It re-infers every op from scratch, so a hand-edited or decoded program is held to
 //! the same rules as a built one.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use crate::builder::is_valid_identifier;
 use crate::encode::param_const_names;
@@ -57,6 +57,16 @@ pub fn verify_function(f: &Function) -> Result<()> {
         defined: vec![false; n],
         constant: vec![false; n],
     };
+    // Names the encoder will give parameter consts, and the op each belongs to.
+    let param_owner: HashMap<String, &str> = f
+        .operations
+        .iter()
+        .flat_map(|o| {
+            param_const_names(o)
+                .into_iter()
+                .map(move |n| (n, o.name.as_str()))
+        })
+        .collect();
     let mut names: HashSet<String> = HashSet::new();
     let mut claim = |name: &str| -> Result<()> {
         if !is_valid_identifier(name) {
@@ -65,6 +75,14 @@ pub fn verify_function(f: &Function) -> Result<()> {
             });
         }
         if !names.insert(name.to_string()) {
+            if let Some(op) = param_owner.get(name) {
+                return Err(invalid(
+                    f,
+                    format!(
+                        "name `{name}` collides with the parameter const generated for op `{op}`"
+                    ),
+                ));
+            }
             return Err(MilError::DuplicateName {
                 function: f.name.clone(),
                 name: name.to_string(),
@@ -170,7 +188,7 @@ pub fn verify_function(f: &Function) -> Result<()> {
             claim(&f.values[v.index()].name)?;
         }
         for p in param_const_names(operation) {
-            claim_param(f, &mut claim, &operation.name, &p)?;
+            claim(&p)?;
         }
     }
     if f.outputs.is_empty() {
@@ -206,21 +224,6 @@ pub fn verify_function(f: &Function) -> Result<()> {
         }
     }
     Ok(())
-}
-
-fn claim_param(
-    f: &Function,
-    claim: &mut impl FnMut(&str) -> Result<()>,
-    op: &str,
-    param: &str,
-) -> Result<()> {
-    claim(param).map_err(|e| match e {
-        MilError::DuplicateName { name, .. } => invalid(
-            f,
-            format!("parameter const `{name}` generated for op `{op}` collides with another name"),
-        ),
-        other => other,
-    })
 }
 
 /// Checks the whole program: every function, unique names, the default function, and the

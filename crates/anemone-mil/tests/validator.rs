@@ -35,8 +35,17 @@ fn require_coremltools() {
 fn validate(pkg: &Path) {
     require_coremltools();
     let v = validator();
-    assert!(v.is_file(), "validator not found at {} (set ANEMONE_VALIDATOR)", v.display());
-    let out = Command::new("python3").arg(&v).arg("--strict").arg(pkg).output().expect("run validator");
+    assert!(
+        v.is_file(),
+        "validator not found at {} (set ANEMONE_VALIDATOR)",
+        v.display()
+    );
+    let out = Command::new("python3")
+        .arg(&v)
+        .arg("--strict")
+        .arg(pkg)
+        .output()
+        .expect("run validator");
     assert!(
         out.status.success(),
         "validator rejected {}:\n{}\n{}",
@@ -52,8 +61,14 @@ fn write_validate_read(p: &Program, name: &str) {
     write_package(p, &path, &WriteOptions::default()).unwrap();
     validate(&path);
     let back = read_package(&path).unwrap();
-    assert_eq!(anemone_mil::print_program(&back), anemone_mil::print_program(p));
-    assert!(back == *p, "{name}: program read back differs from the one written");
+    assert_eq!(
+        anemone_mil::print_program(&back),
+        anemone_mil::print_program(p)
+    );
+    assert!(
+        back == *p,
+        "{name}: program read back differs from the one written"
+    );
 }
 
 #[test]
@@ -87,8 +102,16 @@ fn corrupted_package_is_rejected_by_the_validator() {
     let mut bytes = std::fs::read(&wb).unwrap();
     bytes[64] = 0;
     std::fs::write(&wb, bytes).unwrap();
-    let out = Command::new("python3").arg(validator()).arg("--strict").arg(&path).output().unwrap();
-    assert!(!out.status.success(), "validator accepted a corrupted weight.bin");
+    let out = Command::new("python3")
+        .arg(validator())
+        .arg("--strict")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success(),
+        "validator accepted a corrupted weight.bin"
+    );
     let err = read_package(&path).unwrap_err().to_string();
     assert!(err.contains("sentinel"), "{err}");
 }
@@ -133,14 +156,31 @@ d.add_function(f"{out}/f4.mlpackage", src_function_name="main", target_function_
 d.default_function_name = "decode"
 ct.utils.save_multifunction(d, f"{out}/mf.mlpackage")
 "#;
-    let out = Command::new("python3").arg("-c").arg(script).arg(dir.path()).output().unwrap();
-    assert!(out.status.success(), "coremltools script failed: {}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "coremltools script failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let p = read_package(&dir.path().join("mf.mlpackage")).unwrap();
     assert_eq!(p.functions().len(), 2);
     assert_eq!(p.default_function_name(), "decode");
     let dec = p.function("decode").unwrap();
     let types: Vec<&str> = dec.operations().iter().map(|o| o.op.mil_type()).collect();
-    for t in ["conv", "read_state", "slice_update", "write_state", "constexpr_blockwise_shift_scale", "constexpr_lut_to_dense", "softmax"] {
+    for t in [
+        "conv",
+        "read_state",
+        "slice_update",
+        "write_state",
+        "constexpr_blockwise_shift_scale",
+        "constexpr_lut_to_dense",
+        "softmax",
+    ] {
         assert!(types.contains(&t), "decoded decode() lacks {t}: {types:?}");
     }
     assert_eq!(dec.state_inputs().count(), 1);

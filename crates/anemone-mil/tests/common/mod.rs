@@ -167,29 +167,71 @@ pub fn constexpr_program() -> Program {
     const O: usize = 16;
     const I: usize = 32;
     let mut f = FunctionBuilder::new("main");
-    let x = f.input("x", TensorType::new(DType::F16, [1, I, 1, 4])).unwrap();
+    let x = f
+        .input("x", TensorType::new(DType::F16, [1, I, 1, 4]))
+        .unwrap();
     let codes = |seed: u64, lo: i32, hi: i32, n: usize| -> Vec<i32> {
-        values(seed, n).iter().map(|v| lo + (((v + 1.0) / 2.0) * (hi - lo + 1) as f32) as i32).map(|c| c.min(hi)).collect()
+        values(seed, n)
+            .iter()
+            .map(|v| lo + (((v + 1.0) / 2.0) * (hi - lo + 1) as f32) as i32)
+            .map(|c| c.min(hi))
+            .collect()
     };
-    let int8 = TensorData::pack_ints(DType::I8, vec![O, I, 1, 1], &codes(20, -128, 127, O * I)).unwrap();
-    let scale8 = TensorData::f16_from_f32(vec![O, 1, 1, 1], &values(21, O).iter().map(|v| v.abs() * 0.01 + 1e-3).collect::<Vec<_>>()).unwrap();
-    let w8 = f.constexpr_blockwise_shift_scale("w_int8", int8, scale8, None).unwrap();
+    let int8 =
+        TensorData::pack_ints(DType::I8, vec![O, I, 1, 1], &codes(20, -128, 127, O * I)).unwrap();
+    let scale8 = TensorData::f16_from_f32(
+        vec![O, 1, 1, 1],
+        &values(21, O)
+            .iter()
+            .map(|v| v.abs() * 0.01 + 1e-3)
+            .collect::<Vec<_>>(),
+    )
+    .unwrap();
+    let w8 = f
+        .constexpr_blockwise_shift_scale("w_int8", int8, scale8, None)
+        .unwrap();
     let mut acc = f.conv1x1("y_int8", x, w8, None).unwrap();
 
     let block = 8;
-    let int4 = TensorData::pack_ints(DType::I4, vec![O, I, 1, 1], &codes(22, -8, 7, O * I)).unwrap();
-    let scale4 = TensorData::f16_from_f32(vec![O, I / block, 1, 1], &values(23, O * I / block).iter().map(|v| v.abs() * 0.1 + 1e-3).collect::<Vec<_>>()).unwrap();
-    let offset4 = TensorData::pack_ints(DType::I4, vec![O, I / block, 1, 1], &codes(24, -2, 2, O * I / block)).unwrap();
-    let w4 = f.constexpr_blockwise_shift_scale("w_int4", int4, scale4, Some(offset4)).unwrap();
+    let int4 =
+        TensorData::pack_ints(DType::I4, vec![O, I, 1, 1], &codes(22, -8, 7, O * I)).unwrap();
+    let scale4 = TensorData::f16_from_f32(
+        vec![O, I / block, 1, 1],
+        &values(23, O * I / block)
+            .iter()
+            .map(|v| v.abs() * 0.1 + 1e-3)
+            .collect::<Vec<_>>(),
+    )
+    .unwrap();
+    let offset4 = TensorData::pack_ints(
+        DType::I4,
+        vec![O, I / block, 1, 1],
+        &codes(24, -2, 2, O * I / block),
+    )
+    .unwrap();
+    let w4 = f
+        .constexpr_blockwise_shift_scale("w_int4", int4, scale4, Some(offset4))
+        .unwrap();
     let y4 = f.conv1x1("y_int4", x, w4, None).unwrap();
     acc = f.add("sum_int4", acc, y4).unwrap();
 
     for (bits, dtype) in [(4u32, DType::U4), (6, DType::U6), (8, DType::U8)] {
         let group = 4;
         let k = 1usize << bits;
-        let idx = TensorData::pack_ints(dtype, vec![O, I, 1, 1], &codes(30 + bits as u64, 0, k as i32 - 1, O * I)).unwrap();
-        let lut = TensorData::f16_from_f32(vec![O / group, 1, 1, 1, k, 1], &values(40 + bits as u64, O / group * k)).unwrap();
-        let w = f.constexpr_lut_to_dense(&format!("w_lut{bits}"), idx, lut).unwrap();
+        let idx = TensorData::pack_ints(
+            dtype,
+            vec![O, I, 1, 1],
+            &codes(30 + bits as u64, 0, k as i32 - 1, O * I),
+        )
+        .unwrap();
+        let lut = TensorData::f16_from_f32(
+            vec![O / group, 1, 1, 1, k, 1],
+            &values(40 + bits as u64, O / group * k),
+        )
+        .unwrap();
+        let w = f
+            .constexpr_lut_to_dense(&format!("w_lut{bits}"), idx, lut)
+            .unwrap();
         let y = f.conv1x1(&format!("y_lut{bits}"), x, w, None).unwrap();
         acc = f.add(&format!("sum_lut{bits}"), acc, y).unwrap();
     }
@@ -205,18 +247,49 @@ pub fn encoder_program() -> Program {
     const S: usize = 8;
     const H: usize = 16;
     let mut f = FunctionBuilder::new("main");
-    let x = f.input("hidden", TensorType::new(DType::F32, [1, S, H])).unwrap();
-    let w = f.constant("w_ff", TensorData::from_f32(vec![4 * H, H], &values(50, 4 * H * H)).unwrap()).unwrap();
-    let b = f.constant("b_ff", TensorData::from_f32(vec![4 * H], &values(51, 4 * H)).unwrap()).unwrap();
+    let x = f
+        .input("hidden", TensorType::new(DType::F32, [1, S, H]))
+        .unwrap();
+    let w = f
+        .constant(
+            "w_ff",
+            TensorData::from_f32(vec![4 * H, H], &values(50, 4 * H * H)).unwrap(),
+        )
+        .unwrap();
+    let b = f
+        .constant(
+            "b_ff",
+            TensorData::from_f32(vec![4 * H], &values(51, 4 * H)).unwrap(),
+        )
+        .unwrap();
     let h = f.linear("ff1", x, w, Some(b)).unwrap();
     let g = f.gelu("ff_gelu", h, GeluMode::Exact).unwrap();
-    let w2 = f.constant("w_ff2", TensorData::from_f32(vec![H, 4 * H], &values(52, 4 * H * H)).unwrap()).unwrap();
+    let w2 = f
+        .constant(
+            "w_ff2",
+            TensorData::from_f32(vec![H, 4 * H], &values(52, 4 * H * H)).unwrap(),
+        )
+        .unwrap();
     let h2 = f.linear("ff2", g, w2, None).unwrap();
     let r = f.add("res", x, h2).unwrap();
-    let gamma = f.constant("ln_g", TensorData::from_f32(vec![H], &values(53, H)).unwrap()).unwrap();
-    let beta = f.constant("ln_b", TensorData::from_f32(vec![H], &values(54, H)).unwrap()).unwrap();
-    let n = f.layer_norm("ln", r, &[-1], Some(gamma), Some(beta), 1e-12).unwrap();
-    let first = f.slice_by_index("cls", n, &[0, 0, 0], &[1, 1, i64::MAX], None).unwrap();
+    let gamma = f
+        .constant(
+            "ln_g",
+            TensorData::from_f32(vec![H], &values(53, H)).unwrap(),
+        )
+        .unwrap();
+    let beta = f
+        .constant(
+            "ln_b",
+            TensorData::from_f32(vec![H], &values(54, H)).unwrap(),
+        )
+        .unwrap();
+    let n = f
+        .layer_norm("ln", r, &[-1], Some(gamma), Some(beta), 1e-12)
+        .unwrap();
+    let first = f
+        .slice_by_index("cls", n, &[0, 0, 0], &[1, 1, i64::MAX], None)
+        .unwrap();
     let flat = f.squeeze("cls_flat", first, &[1]).unwrap();
     let pooled = f.tanh("pooler", flat).unwrap();
     let two = f.scalar("two", DType::F32, 2.0).unwrap();
