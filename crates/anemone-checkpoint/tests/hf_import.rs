@@ -240,3 +240,35 @@ fn config_eos_list_is_accepted() {
         vec![1, 2]
     );
 }
+
+#[test]
+fn real_bert_directory_is_refused_by_name_and_its_safetensors_read() {
+    // all-minilm-l6-v2 (fetched by scripts/fetch-models.sh): a real transformers-written file.
+    let dir = models_dir().join("all-minilm-l6-v2");
+    assert!(
+        dir.join("model.safetensors").is_file(),
+        "{} is missing: run scripts/fetch-models.sh",
+        dir.display()
+    );
+    let err = Checkpoint::open(&dir).unwrap_err();
+    assert!(
+        matches!(&err, CheckpointError::UnknownArchitecture { arch } if arch == "bert"),
+        "{err}"
+    );
+
+    use anemone_checkpoint::TensorStore;
+    let store =
+        anemone_checkpoint::hf::SafetensorsStore::open_file(&dir.join("model.safetensors")).unwrap();
+    assert_eq!(store.names().len(), 104);
+    let name = "embeddings.word_embeddings.weight";
+    let info = store.info(name).unwrap();
+    assert_eq!((info.shape.clone(), info.dtype.as_str()), (vec![30522, 384], "F32"));
+    let data = store.load_f32(name).unwrap();
+    // Values read with the Python `safetensors` package (numpy) from the same file.
+    assert_eq!(
+        &data[..4],
+        &[-0.019989013671875, -0.0034027099609375, -0.014678955078125, 0.0117034912109375]
+    );
+    let sum: f64 = data.iter().map(|&v| f64::from(v)).sum();
+    assert!((sum - 138.05072214923618).abs() < 1e-6, "sum {sum}");
+}

@@ -1,5 +1,6 @@
 //! Every transformers-made fixture under tests/fixtures/oracle opens, validates, and maps to the
 //! config its config.json states (read here independently, as plain JSON).
+//! `ANEMONE_ORACLE_DIR=/tmp/holdout` runs the same checks on a `make_fixtures.py --holdout` set.
 
 mod hf_support;
 
@@ -44,7 +45,9 @@ fn npy_shape(path: &Path) -> Vec<usize> {
 
 #[test]
 fn every_oracle_fixture_opens_and_matches_its_config_json() {
-    let root = repo_root().join("tests/fixtures/oracle");
+    let root = std::env::var_os("ANEMONE_ORACLE_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("tests/fixtures/oracle"));
     let mut dirs: Vec<_> = std::fs::read_dir(&root)
         .unwrap()
         .map(|e| e.unwrap().path())
