@@ -68,6 +68,9 @@ fn unsupported_versions() {
         bytes[4..8].copy_from_slice(&version.to_le_bytes());
         expect_corrupt(&bytes, "unsupported GGUF version");
     }
+    let (mut bytes, _) = valid();
+    bytes[4..8].copy_from_slice(&3u32.to_be_bytes());
+    expect_corrupt(&bytes, "big-endian");
 }
 
 #[test]

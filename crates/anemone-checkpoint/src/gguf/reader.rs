@@ -123,8 +123,13 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<Parsed> {
     }
     let version = c.u32("version")?;
     if !(2..=3).contains(&version) {
+        let hint = if (2..=3).contains(&version.swap_bytes()) {
+            " (a big-endian file; only little-endian GGUF is supported)"
+        } else {
+            ""
+        };
         return Err(c.corrupt(format!(
-            "unsupported GGUF version {version} (supported: 2, 3)"
+            "unsupported GGUF version {version} (supported: 2, 3){hint}"
         )));
     }
     let n_tensors = c.u64("tensor count")?;
