@@ -328,13 +328,13 @@ fn verifier_checks_outputs_and_program_rules() {
 #[test]
 fn constexpr_payload_checks() {
     let mut b = FunctionBuilder::new("f");
-    let data = TensorData::pack_ints(DType::I4, vec![8, 6], &vec![1; 48]).unwrap();
-    let scale = TensorData::f16_from_f32(vec![8, 4], &vec![0.1; 32]).unwrap();
+    let data = TensorData::pack_ints(DType::I4, vec![8, 6], &[1; 48]).unwrap();
+    let scale = TensorData::f16_from_f32(vec![8, 4], &[0.1; 32]).unwrap();
     let e = b
         .constexpr_blockwise_shift_scale("q", data.clone(), scale, None)
         .unwrap_err();
     assert!(mismatch_detail(e, "q").contains("not a multiple of scale dim 4"));
-    let scale = TensorData::f16_from_f32(vec![8, 2], &vec![0.1; 16]).unwrap();
+    let scale = TensorData::f16_from_f32(vec![8, 2], &[0.1; 16]).unwrap();
     let w = b
         .constexpr_blockwise_shift_scale("q2", data, scale, None)
         .unwrap();
@@ -343,11 +343,11 @@ fn constexpr_payload_checks() {
         &TensorType::new(DType::F16, [8, 6])
     );
 
-    let idx = TensorData::pack_ints(DType::U4, vec![8, 6], &vec![3; 48]).unwrap();
-    let lut = TensorData::f16_from_f32(vec![2, 1, 8, 1], &vec![0.0; 16]).unwrap();
+    let idx = TensorData::pack_ints(DType::U4, vec![8, 6], &[3; 48]).unwrap();
+    let lut = TensorData::f16_from_f32(vec![2, 1, 8, 1], &[0.0; 16]).unwrap();
     let e = b.constexpr_lut_to_dense("l", idx.clone(), lut).unwrap_err();
     assert!(mismatch_detail(e, "l").contains("2^4 = 16"));
-    let lut = TensorData::f16_from_f32(vec![2, 1, 16, 1], &vec![0.0; 32]).unwrap();
+    let lut = TensorData::f16_from_f32(vec![2, 1, 16, 1], &[0.0; 32]).unwrap();
     let w = b.constexpr_lut_to_dense("l2", idx, lut).unwrap();
     assert_eq!(
         b.tensor_type(w).unwrap(),
