@@ -26,19 +26,21 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 REPO = Path(__file__).resolve().parents[2]
 NEW_TOKENS = 16
 TOP_K = 5
+# Prompts were chosen so that no greedy step has a top-1/top-2 margin below ~0.05 where that was
+# easy to find (margins are recorded per step; see README).
 
 MODELS = {
     "smollm2-135m-instruct": {
         "gguf": "smollm2-135m-instruct.Q4_1.gguf",
         "prompts": [
             "The capital of France is",
-            "Once upon a time, there was a little",
-            "The three primary colors are",
+            "Once upon a time",
+            "Here is a recipe for pancakes:",
             "Water boils at a temperature of",
         ],
         "holdout": [
             "The largest planet in our solar system is",
-            "To make a cup of tea, first",
+            "The sun rises in the",
             "In 1969, the first humans",
         ],
     },
