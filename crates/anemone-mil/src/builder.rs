@@ -107,6 +107,7 @@ impl FunctionBuilder {
 
     /// Declares a tensor input (fp16, fp32 or int32, static shape).
     pub fn input(&mut self, name: &str, ty: TensorType) -> Result<Var> {
+        self.check_io_shape(name, &ty)?;
         if !ty.dtype.is_io_type() {
             return Err(MilError::InvalidFunction {
                 function: self.func.name.clone(),
@@ -121,6 +122,7 @@ impl FunctionBuilder {
 
     /// Declares a state input wrapping an fp16 tensor.
     pub fn state(&mut self, name: &str, ty: TensorType) -> Result<Var> {
+        self.check_io_shape(name, &ty)?;
         if ty.dtype != DType::F16 {
             return Err(MilError::InvalidFunction {
                 function: self.func.name.clone(),
@@ -131,6 +133,18 @@ impl FunctionBuilder {
         let v = self.new_value(name, ValueType::State(ty), false);
         self.func.inputs.push(v);
         Ok(v)
+    }
+
+    fn check_io_shape(&self, name: &str, ty: &TensorType) -> Result<()> {
+        if ty.checked_numel().is_none() {
+            return Err(MilError::InvalidFunction {
+                function: self.func.name.clone(),
+                detail: format!(
+                    "input `{name}` has type {ty}; dims must be >= 1 and the size addressable"
+                ),
+            });
+        }
+        Ok(())
     }
 
     /// The type of a value of this function.
@@ -185,6 +199,13 @@ impl FunctionBuilder {
     ) -> Result<Vec<Var>> {
         self.canonicalize(&mut op);
         let types = infer(name, &op, self)?;
+        if let Some(t) = types.iter().find(|t| t.tensor().checked_numel().is_none()) {
+            return Err(MilError::TypeMismatch {
+                op: name.to_string(),
+                op_type: op.mil_type(),
+                detail: format!("output type {t} has a zero-size or oversized shape"),
+            });
+        }
         if types.len() != output_names.len() {
             return Err(MilError::TypeMismatch {
                 op: name.to_string(),
@@ -617,7 +638,11 @@ impl FunctionBuilder {
             op_type: "reshape",
             detail,
         };
-        let known: i64 = shape.iter().filter(|&&d| d != -1).product();
+        let known: i64 = shape
+            .iter()
+            .filter(|&&d| d != -1)
+            .try_fold(1i64, |a, &d| a.checked_mul(d))
+            .unwrap_or(0);
         let unknown = shape.iter().filter(|&&d| d == -1).count();
         if unknown > 1 || shape.iter().any(|&d| d == 0 || d < -1) || known <= 0 {
             return Err(bad(format!("target shape {shape:?} is invalid")));

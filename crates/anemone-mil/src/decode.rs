@@ -2,6 +2,7 @@
 //! writes, and simple coremltools-written programs using the same ops: parameter consts are
 //! folded back into op parameters, negative axes normalized, `pad_type` resolved.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use coreml_proto::proto as pb;
@@ -30,6 +31,8 @@ struct FnDecoder<'a> {
     file: &'a str,
     function: String,
     blobs: &'a HashMap<String, BlobFile>,
+    /// Blob tensors already read, by (file, offset): functions sharing a weight share its bytes.
+    blob_cache: &'a RefCell<HashMap<(String, u64), TensorData>>,
     consts: HashMap<String, TensorData>,
     strings: HashMap<String, String>,
     vars: HashMap<String, Var>,
@@ -65,7 +68,11 @@ impl<'a> FnDecoder<'a> {
                 shape.len()
             )));
         }
-        Ok(TensorType::new(dtype, shape))
+        let ty = TensorType::new(dtype, shape);
+        if ty.checked_numel().is_none() {
+            return Err(self.err(format!("{what}: {ty} has a zero-size or oversized shape")));
+        }
+        Ok(ty)
     }
 
     fn value_type(&self, vt: Option<&mil::ValueType>, what: &str) -> Result<ValueType> {
@@ -102,7 +109,15 @@ impl<'a> FnDecoder<'a> {
                     .blobs
                     .get(name)
                     .ok_or_else(|| bad(format!("blob file `{}` not found", bf.file_name)))?;
-                blob.tensor(bf.offset, ty.dtype, &ty.shape)
+                let key = (name.to_string(), bf.offset);
+                if let Some(t) = self.blob_cache.borrow().get(&key) {
+                    if t.tensor_type() == &ty {
+                        return Ok(t.clone());
+                    }
+                }
+                let t = blob.tensor(bf.offset, ty.dtype, &ty.shape)?;
+                self.blob_cache.borrow_mut().insert(key, t.clone());
+                Ok(t)
             }
             Some(mil::value::Value::ImmediateValue(mil::value::ImmediateValue {
                 value: Some(mil::value::immediate_value::Value::Tensor(t)),
@@ -229,6 +244,7 @@ fn decode_function(
     name: &str,
     f: &mil::Function,
     blobs: &HashMap<String, BlobFile>,
+    blob_cache: &RefCell<HashMap<(String, u64), TensorData>>,
 ) -> Result<Function> {
     let block = f
         .block_specializations
@@ -241,6 +257,7 @@ fn decode_function(
         file,
         function: name.to_string(),
         blobs,
+        blob_cache,
         consts: HashMap::new(),
         strings: HashMap::new(),
         vars: HashMap::new(),
@@ -363,13 +380,14 @@ pub fn decode_model(
     rest.sort();
     order.extend(rest.into_iter().cloned());
     let mut program = Program::new(spec);
+    let blob_cache = RefCell::new(HashMap::new());
     for name in &order {
         let f = prog.functions.get(name).ok_or_else(|| {
             bad(format!(
                 "description names function `{name}` which the program lacks"
             ))
         })?;
-        let func = decode_function(file, name, f, blobs)?;
+        let func = decode_function(file, name, f, blobs, &blob_cache)?;
         program.add_function(func)?;
     }
     let default = if desc.default_function_name.is_empty() {

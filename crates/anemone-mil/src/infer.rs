@@ -209,9 +209,17 @@ pub(crate) fn infer(op_name: &str, op: &Op, env: &dyn OperandTypes) -> Result<Ve
             }
             let mut shape = vec![xt.shape[0], cout, 0, 0];
             for i in 0..2 {
-                let padded = xt.shape[2 + i] + params.pad[2 * i] + params.pad[2 * i + 1];
-                let window = params.dilations[i] * (wt.shape[2 + i] - 1) + 1;
-                if wt.shape[2 + i] == 0 || padded < window {
+                let padded = xt.shape[2 + i]
+                    .checked_add(params.pad[2 * i])
+                    .and_then(|p| p.checked_add(params.pad[2 * i + 1]));
+                let window = wt.shape[2 + i]
+                    .checked_sub(1)
+                    .and_then(|k| params.dilations[i].checked_mul(k))
+                    .map(|w| w + 1);
+                let (Some(padded), Some(window)) = (padded, window) else {
+                    return c.fail(format!("kernel {wt} or pads {:?} out of range", params.pad));
+                };
+                if padded < window {
                     return c.fail(format!(
                         "kernel {wt} with dilation {:?} does not fit padded input {xt}",
                         params.dilations
@@ -446,7 +454,8 @@ pub(crate) fn infer(op_name: &str, op: &Op, env: &dyn OperandTypes) -> Result<Ve
         }
         Op::Reshape { x, shape } => {
             let xt = c.tensor(*x, "x")?;
-            if shape.iter().product::<usize>() != xt.numel() || shape.contains(&0) {
+            let target = TensorType::new(xt.dtype, shape.clone());
+            if target.checked_numel() != Some(xt.numel()) {
                 return c.fail(format!(
                     "cannot reshape {xt} ({} elements) to {shape:?}",
                     xt.numel()

@@ -38,6 +38,11 @@ impl TensorData {
         bytes: impl Into<Arc<[u8]>>,
     ) -> Result<Self> {
         let ty = TensorType::new(dtype, shape);
+        if ty.checked_numel().is_none() {
+            return Err(MilError::InvalidTensorData {
+                detail: format!("{ty}: dims must be >= 1 and the size addressable"),
+            });
+        }
         let bytes = bytes.into();
         let want = dtype.packed_len(ty.numel());
         if bytes.len() != want {

@@ -131,6 +131,18 @@ impl TensorType {
     pub fn numel(&self) -> usize {
         self.shape.iter().product()
     }
+
+    /// The element count if every dim is >= 1 and the tensor's bytes stay addressable
+    /// (< 2^60); None otherwise. Types inside a function always satisfy this.
+    pub fn checked_numel(&self) -> Option<usize> {
+        self.shape
+            .iter()
+            .try_fold(
+                1usize,
+                |acc, &d| if d == 0 { None } else { acc.checked_mul(d) },
+            )
+            .filter(|&n| n < (1usize << 56))
+    }
 }
 
 impl fmt::Display for TensorType {

@@ -254,3 +254,72 @@ fn golden_mil_text_and_weights() {
         }
     }
 }
+
+#[test]
+fn functions_read_back_share_weight_buffers() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kv.mlpackage");
+    write_package(
+        &common::two_function_program(),
+        &path,
+        &WriteOptions::default(),
+    )
+    .unwrap();
+    let p = read_package(&path).unwrap();
+    let wk = |f: &str| {
+        let func = p.function(f).unwrap();
+        let op = func.operations().iter().find(|o| o.name == "wk").unwrap();
+        match &op.op {
+            anemone_mil::Op::Const { value } => value.shared_bytes().clone(),
+            other => panic!("wk is {other:?}"),
+        }
+    };
+    assert!(
+        std::sync::Arc::ptr_eq(&wk("decode"), &wk("prefill")),
+        "decode and prefill hold separate copies of wk"
+    );
+}
+
+/// Flipped bytes anywhere in model.mlmodel or weight.bin give an error or a valid program,
+/// never a panic.
+#[test]
+fn corrupted_bytes_never_panic() {
+    let enc = encode_model(&common::two_function_program()).unwrap();
+    let blob = || BlobFile::parse("weight.bin", enc.weights.clone()).unwrap();
+    let mut decoded_ok = 0;
+    for i in (0..enc.model.len()).step_by(7) {
+        for flip in [0x01u8, 0x80, 0xFF] {
+            let mut m = enc.model.clone();
+            m[i] ^= flip;
+            let blobs = [("weight.bin".to_string(), blob())].into();
+            let r = std::panic::catch_unwind(|| decode_model("model.mlmodel", &m, &blobs).is_ok());
+            decoded_ok += r
+                .unwrap_or_else(|_| panic!("panic decoding model with byte {i} ^ {flip:#x}"))
+                as usize;
+        }
+    }
+    assert!(
+        decoded_ok > 0,
+        "no corruption decoded at all: the harness is not exercising the decoder"
+    );
+    for i in 0..enc.weights.len().min(4096) {
+        let mut w = enc.weights.clone();
+        w[i] ^= 0xA5;
+        let r = std::panic::catch_unwind(|| {
+            let Ok(b) = BlobFile::parse("weight.bin", w) else {
+                return;
+            };
+            let blobs = [("weight.bin".to_string(), b)].into();
+            let _ = decode_model("model.mlmodel", &enc.model, &blobs);
+        });
+        assert!(r.is_ok(), "panic on weight.bin byte {i}");
+    }
+    // truncations
+    for n in (0..enc.model.len()).step_by(13) {
+        let blobs = [("weight.bin".to_string(), blob())].into();
+        let r = std::panic::catch_unwind(|| {
+            decode_model("model.mlmodel", &enc.model[..n], &blobs).is_ok()
+        });
+        assert!(r.is_ok(), "panic on model truncated to {n} bytes");
+    }
+}

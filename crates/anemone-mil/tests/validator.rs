@@ -92,6 +92,19 @@ fn encoder_layer_validates() {
 }
 
 #[test]
+fn other_spec_versions_validate() {
+    use anemone_mil::SpecVersion;
+    for spec in [SpecVersion::V7, SpecVersion::V8, SpecVersion::V10] {
+        let mut p = common::conv_program();
+        p.spec = spec;
+        write_validate_read(&p, &format!("conv_spec{}", spec.number()));
+    }
+    let mut p = common::two_function_program();
+    p.spec = SpecVersion::V10;
+    write_validate_read(&p, "kv_spec10");
+}
+
+#[test]
 fn corrupted_package_is_rejected_by_the_validator() {
     // The validator check must be able to fail: a record sentinel overwritten must be caught.
     require_coremltools();
@@ -184,6 +197,11 @@ ct.utils.save_multifunction(d, f"{out}/mf.mlpackage")
         assert!(types.contains(&t), "decoded decode() lacks {t}: {types:?}");
     }
     assert_eq!(dec.state_inputs().count(), 1);
+    let single = read_package(&dir.path().join("f4.mlpackage")).unwrap();
+    assert_eq!(single.functions().len(), 1);
+    assert_eq!(single.default_function_name(), "main");
+    let main = single.function("main").unwrap();
+    assert_eq!(main.tensor_type(main.inputs()[0]).shape, [1, 8, 1, 4]);
     // And what we decoded, we can write again, and coremltools accepts it.
     let again = dir.path().join("again.mlpackage");
     write_package(&p, &again, &WriteOptions::default()).unwrap();

@@ -379,7 +379,9 @@ impl FnDecoder<'_> {
                 let split_sizes = match (self.ints(op, "split_sizes")?, self.int(op, "num_splits")?)
                 {
                     (Some(s), _) => s.iter().map(|&v| v.max(0) as usize).collect(),
-                    (None, Some(n)) if n >= 1 => vec![xt.shape[axis] / n as usize; n as usize],
+                    (None, Some(n)) if n >= 1 && n as usize <= xt.shape[axis] => {
+                        vec![xt.shape[axis] / n as usize; n as usize]
+                    }
                     _ => {
                         return Err(self.err(format!(
                             "op `{}`: needs split_sizes or num_splits",
@@ -410,7 +412,11 @@ impl FnDecoder<'_> {
                         }
                     })
                     .collect();
-                let known: i64 = resolved.iter().filter(|&&d| d > 0).product();
+                let known: i64 = resolved
+                    .iter()
+                    .filter(|&&d| d > 0)
+                    .try_fold(1i64, |a, &d| a.checked_mul(d))
+                    .unwrap_or(0);
                 if let Some(slot) = resolved.iter_mut().find(|d| **d == -1) {
                     *slot = if known > 0 {
                         xt.numel() as i64 / known
