@@ -137,6 +137,22 @@ fn defaults_kv_heads_head_dim_and_rope_theta() {
 }
 
 #[test]
+fn qwen3_without_head_dim_uses_transformers_default_of_128() {
+    // Qwen3Config's head_dim defaults to 128, not hidden / heads (4 here): a config without it
+    // describes 128-wide heads, which these tensors do not have.
+    let mut config = tiny_config("qwen3");
+    config.as_object_mut().unwrap().remove("head_dim");
+    let dir = TinyDir::with(config, &tiny_tensors("qwen3", false, Dtype::F32));
+    match Checkpoint::open(dir.path()).unwrap_err() {
+        CheckpointError::ShapeMismatch { name, expected, .. } => {
+            assert_eq!(name, "model.layers.0.self_attn.q_proj.weight");
+            assert_eq!(expected, vec![HEADS * 128, HIDDEN]);
+        }
+        other => panic!("expected ShapeMismatch, got {other}"),
+    }
+}
+
+#[test]
 fn f16_and_bf16_are_widened_exactly() {
     for dtype in [Dtype::F16, Dtype::BF16] {
         let dir = TinyDir::with(tiny_config("llama"), &tiny_tensors("llama", false, dtype));
@@ -257,17 +273,25 @@ fn real_bert_directory_is_refused_by_name_and_its_safetensors_read() {
     );
 
     use anemone_checkpoint::TensorStore;
-    let store =
-        anemone_checkpoint::hf::SafetensorsStore::open_file(&dir.join("model.safetensors")).unwrap();
+    let store = anemone_checkpoint::hf::SafetensorsStore::open_file(&dir.join("model.safetensors"))
+        .unwrap();
     assert_eq!(store.names().len(), 104);
     let name = "embeddings.word_embeddings.weight";
     let info = store.info(name).unwrap();
-    assert_eq!((info.shape.clone(), info.dtype.as_str()), (vec![30522, 384], "F32"));
+    assert_eq!(
+        (info.shape.clone(), info.dtype.as_str()),
+        (vec![30522, 384], "F32")
+    );
     let data = store.load_f32(name).unwrap();
     // Values read with the Python `safetensors` package (numpy) from the same file.
     assert_eq!(
         &data[..4],
-        &[-0.019989013671875, -0.0034027099609375, -0.014678955078125, 0.0117034912109375]
+        &[
+            -0.019989013671875,
+            -0.0034027099609375,
+            -0.014678955078125,
+            0.0117034912109375
+        ]
     );
     let sum: f64 = data.iter().map(|&v| f64::from(v)).sum();
     assert!((sum - 138.05072214923618).abs() < 1e-6, "sum {sum}");

@@ -11,6 +11,7 @@ use std::path::Path;
 
 const DEFAULT_ROPE_THETA: f64 = 10_000.0;
 const DEFAULT_RMS_NORM_EPS: f64 = 1e-6;
+const QWEN3_DEFAULT_HEAD_DIM: usize = 128;
 
 /// Typed access to the fields of one JSON object, with errors naming file and field.
 pub(crate) struct Fields<'a> {
@@ -158,6 +159,8 @@ pub fn parse_config(path: &Path, json: &Value) -> Result<DecoderConfig> {
     let head_dim = match f.usize_opt("head_dim")? {
         Some(0) => return Err(f.bad("head_dim", "must be positive")),
         Some(d) => d,
+        // transformers' Qwen3Config defaults head_dim to 128 rather than hidden / heads.
+        None if architecture == Architecture::Qwen3 => QWEN3_DEFAULT_HEAD_DIM,
         None if hidden_size % num_attention_heads == 0 => hidden_size / num_attention_heads,
         None => {
             return Err(f.bad(

@@ -18,9 +18,10 @@ pub const KV_HEADS: usize = 2;
 pub const HEAD_DIM: usize = 4;
 pub const VOCAB: usize = 32;
 
-/// A config.json for `model_type` with the tiny shape (fields as transformers 4 writes them).
+/// A config.json for `model_type` with the tiny shape (fields as transformers 4 writes them;
+/// Qwen3 configs always carry `head_dim`).
 pub fn tiny_config(model_type: &str) -> Value {
-    json!({
+    let mut config = json!({
         "architectures": ["X"],
         "model_type": model_type,
         "hidden_size": HIDDEN,
@@ -36,7 +37,11 @@ pub fn tiny_config(model_type: &str) -> Value {
         "hidden_act": "silu",
         "bos_token_id": 0,
         "eos_token_id": 1,
-    })
+    });
+    if model_type == "qwen3" {
+        config["head_dim"] = json!(HEAD_DIM);
+    }
+    config
 }
 
 /// The tensors a tiny model of `model_type` has, written out independently of the crate's
