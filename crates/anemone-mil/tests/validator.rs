@@ -92,6 +92,71 @@ fn encoder_layer_validates() {
 }
 
 #[test]
+fn every_op_type_validates() {
+    let p = common::every_op_program();
+    let mut seen: Vec<&str> = p.functions()[0]
+        .operations()
+        .iter()
+        .map(|o| o.op.mil_type())
+        .collect();
+    for q in [
+        common::two_function_program(),
+        common::conv_program(),
+        common::constexpr_program(),
+    ] {
+        seen.extend(
+            q.functions()[0]
+                .operations()
+                .iter()
+                .map(|o| o.op.mil_type()),
+        );
+    }
+    // every Op variant appears in some validated program (keep in sync with the Op enum)
+    for t in [
+        "const",
+        "read_state",
+        "write_state",
+        "slice_update",
+        "conv",
+        "matmul",
+        "linear",
+        "softmax",
+        "layer_norm",
+        "reduce_mean",
+        "reduce_max",
+        "reduce_sum",
+        "sqrt",
+        "exp",
+        "silu",
+        "tanh",
+        "square",
+        "abs",
+        "rsqrt",
+        "gelu",
+        "add",
+        "sub",
+        "mul",
+        "real_div",
+        "maximum",
+        "minimum",
+        "pow",
+        "slice_by_index",
+        "concat",
+        "split",
+        "reshape",
+        "transpose",
+        "expand_dims",
+        "squeeze",
+        "cast",
+        "constexpr_blockwise_shift_scale",
+        "constexpr_lut_to_dense",
+    ] {
+        assert!(seen.contains(&t), "no validated program uses {t}");
+    }
+    write_validate_read(&p, "every_op");
+}
+
+#[test]
 fn other_spec_versions_validate() {
     use anemone_mil::SpecVersion;
     for spec in [SpecVersion::V7, SpecVersion::V8, SpecVersion::V10] {

@@ -303,3 +303,65 @@ pub fn encoder_program() -> Program {
     p.add_function(f.finish().unwrap()).unwrap();
     p
 }
+
+/// One function using every unary/binary/reduce/shape op the crate has, so the validator
+/// sees each op type at least once.
+pub fn every_op_program() -> Program {
+    use anemone_mil::{BinaryOp, ReduceOp, UnaryOp};
+    let mut f = FunctionBuilder::new("main");
+    let x = f
+        .input("x", TensorType::new(DType::F16, [1, 8, 1, 6]))
+        .unwrap();
+    let mut acc = f.abs("x_abs", x).unwrap();
+    for kind in UnaryOp::ALL {
+        let y = f
+            .unary(&format!("u_{}", kind.mil_type()), kind, acc)
+            .unwrap();
+        acc = f.add(&format!("acc_{}", kind.mil_type()), acc, y).unwrap();
+    }
+    let one = f.scalar("one", DType::F16, 1.0).unwrap();
+    let pos = f.add("positive", acc, one).unwrap();
+    for kind in BinaryOp::ALL {
+        let y = f
+            .binary(&format!("b_{}", kind.mil_type()), kind, pos, one)
+            .unwrap();
+        acc = f.add(&format!("accb_{}", kind.mil_type()), acc, y).unwrap();
+    }
+    for kind in ReduceOp::ALL {
+        let r = f
+            .reduce(&format!("r_{}", kind.mil_type()), kind, acc, &[1], true)
+            .unwrap();
+        acc = f.sub(&format!("accr_{}", kind.mil_type()), acc, r).unwrap();
+    }
+    let g = f
+        .gelu("gelu_sig", acc, GeluMode::SigmoidApproximation)
+        .unwrap();
+    let rs = f.rsqrt("rs", pos, 1e-6).unwrap();
+    let m = f.mul("gm", g, rs).unwrap();
+    let t = f.transpose("tr", m, &[0, 3, 2, 1]).unwrap(); // [1, 6, 1, 8]
+    let parts = f.split("halves", t, &[2, 4], 1).unwrap();
+    let cat = f.concat("recat", &[parts[1], parts[0]], 1).unwrap();
+    let sq = f.squeeze("sq", cat, &[0, 2]).unwrap(); // [6, 8]
+    let ex = f.expand_dims("ex", sq, &[0]).unwrap(); // [1, 6, 8]
+    let w = f
+        .constant(
+            "lin_w",
+            TensorData::f16_from_f32(vec![5, 8], &values(60, 40)).unwrap(),
+        )
+        .unwrap();
+    let lin = f.linear("lin", ex, w, None).unwrap(); // [1, 6, 5]
+    let mm = f.matmul("mm", lin, lin, true, false).unwrap(); // [1, 5, 5]
+    let sm = f.softmax("sm", mm, -1).unwrap();
+    let sl = f
+        .slice_by_index("sl", sm, &[0, 1, 0], &[1, 5, 5], Some(&[1, 2, 1]))
+        .unwrap(); // [1, 2, 5]
+    let rsh = f.reshape("rsh", sl, &[10]).unwrap();
+    let out = f.cast("out", rsh, DType::F32).unwrap();
+    let idx = f.cast("as_int", rsh, DType::I32).unwrap();
+    let idx2 = f.maximum("int_max", idx, idx).unwrap();
+    f.output(out).unwrap();
+    f.output(idx2).unwrap();
+    let mut p = Program::new(SpecVersion::V9);
+    p.add_function(f.finish().unwrap()).unwrap();
+    p
+}
