@@ -74,6 +74,9 @@ class Spec:
     # which anemone rejects with a named error rather than implementing.
     extra: dict = field(default_factory=dict)
     eos: int | list[int] | None = None  # written to generation_config.json
+    # save_pretrained's max_shard_size: set, the checkpoint is written as several shards plus
+    # model.safetensors.index.json (exercises the sharded import on transformers' own output).
+    max_shard_size: str | None = None
 
 
 # The committed set: at least two per architecture, covering MHA, 2:1, 3:1 and 4:1 GQA, explicit
@@ -88,7 +91,8 @@ COMMITTED = [
     Spec("llama_gqa4", "llama", 201, hidden=64, intermediate=96, layers=2, heads=8, kv_heads=2,
          vocab=340, rope_theta=10_000.0, tied=False, rms_eps=1e-5, eos=2),
     Spec("llama_mha_tied", "llama", 202, hidden=32, intermediate=64, layers=3, heads=4,
-         kv_heads=4, vocab=520, rope_theta=500_000.0, tied=True, rms_eps=1e-5, eos=[2, 519]),
+         kv_heads=4, vocab=520, rope_theta=500_000.0, tied=True, rms_eps=1e-5, eos=[2, 519],
+         max_shard_size="80KB"),
     Spec("qwen2_gqa3_tied", "qwen2", 301, hidden=96, intermediate=96, layers=2, heads=6,
          kv_heads=2, vocab=320, rope_theta=1_000_000.0, tied=True, eos=[2, 319]),
     Spec("qwen2_mha", "qwen2", 302, hidden=48, intermediate=96, layers=3, heads=4, kv_heads=4,
@@ -262,7 +266,12 @@ def make_one(spec: Spec, out_root: Path) -> dict:
     model.generation_config = GenerationConfig(
         bos_token_id=1, eos_token_id=spec.eos, do_sample=False
     )
-    model.save_pretrained(out, safe_serialization=True)
+    if spec.max_shard_size:
+        model.save_pretrained(out, safe_serialization=True, max_shard_size=spec.max_shard_size)
+        assert (out / "model.safetensors.index.json").is_file(), "expected a sharded save"
+    else:
+        model.save_pretrained(out, safe_serialization=True)
+        assert (out / "model.safetensors").is_file()
     np.save(out / "logits.npy", logits.astype(np.float32))
     np.save(out / "hidden_states.npy", hidden.astype(np.float32))
     oracle = {

@@ -55,6 +55,7 @@ fn every_oracle_fixture_opens_and_matches_its_config_json() {
         .collect();
     dirs.sort();
     let mut seen = std::collections::HashSet::new();
+    let mut sharded = 0;
     for dir in &dirs {
         let name = dir.file_name().unwrap().to_string_lossy().to_string();
         let json = read(&dir.join("config.json"));
@@ -62,6 +63,15 @@ fn every_oracle_fixture_opens_and_matches_its_config_json() {
         checkpoint.validate().unwrap();
         let c = &checkpoint.config;
         seen.insert(c.architecture);
+        if dir.join("model.safetensors.index.json").is_file() {
+            sharded += 1;
+            let shards = checkpoint
+                .source_paths
+                .iter()
+                .filter(|p| p.extension().is_some_and(|e| e == "safetensors"))
+                .count();
+            assert!(shards > 1, "{name}: sharded fixture read {shards} shard(s)");
+        }
 
         let arch = Architecture::parse(json["model_type"].as_str().unwrap()).unwrap();
         assert_eq!(c.architecture, arch, "{name}");
@@ -163,4 +173,8 @@ fn every_oracle_fixture_opens_and_matches_its_config_json() {
         dirs.len()
     );
     assert_eq!(seen.len(), 3, "every architecture has fixtures: {seen:?}");
+    assert!(
+        sharded >= 1,
+        "at least one fixture is saved sharded by transformers"
+    );
 }
