@@ -1,0 +1,555 @@
+//! Running a prepared function: input/state checks, one exhaustive match over the op enum,
+//! fp16 rounding of op outputs, buffer reuse for values used for the last time.
+
+use std::collections::HashMap;
+
+use anemone_mil::{DType, Op, Var};
+
+use crate::decompress::{blockwise_shift_scale, const_tensor, lut_to_dense};
+use crate::error::{ExecError, Result};
+use crate::kernels::elementwise::Operand;
+use crate::kernels::{elementwise, linalg, norm, shape};
+use crate::package::{LoadedPackage, PreparedFunction, State, Step};
+use crate::tensor::{round_f16_in_place, Precision, Tensor, MAX_EXACT_INT};
+
+enum Slot<'a> {
+    Empty,
+    Borrowed(&'a Tensor),
+    Owned(Tensor),
+    /// A state input, by name.
+    State(&'a str),
+}
+
+struct Frame<'a, 's> {
+    f: &'a PreparedFunction,
+    slots: Vec<Slot<'a>>,
+    state: &'s mut State,
+    precision: Precision,
+}
+
+impl<'a> Frame<'a, '_> {
+    fn name(&self, v: Var) -> &str {
+        self.f
+            .value_names
+            .get(v.index())
+            .map_or("?", String::as_str)
+    }
+
+    fn get(&self, v: Var) -> Result<&Tensor, String> {
+        match self.slots.get(v.index()) {
+            Some(Slot::Borrowed(t)) => Ok(t),
+            Some(Slot::Owned(t)) => Ok(t),
+            Some(Slot::State(_)) => Err(format!(
+                "state `{}` used as a tensor (read it with read_state)",
+                self.name(v)
+            )),
+            Some(Slot::Empty) | None => {
+                Err(format!("value `{}` is not available here", self.name(v)))
+            }
+        }
+    }
+
+    /// The operand's tensor, taken over when this step is its last use, else copied.
+    fn take(&mut self, v: Var, step: &Step) -> Result<Tensor, String> {
+        if step.movable.contains(&v) {
+            if let Some(slot @ Slot::Owned(_)) = self.slots.get_mut(v.index()) {
+                if let Slot::Owned(t) = std::mem::replace(slot, Slot::Empty) {
+                    return Ok(t);
+                }
+            }
+        }
+        self.get(v).cloned()
+    }
+
+    fn state_name(&self, v: Var) -> Result<&'a str, String> {
+        match self.slots.get(v.index()) {
+            Some(Slot::State(name)) => Ok(name),
+            _ => Err(format!("`{}` is not a state input", self.name(v))),
+        }
+    }
+}
+
+impl LoadedPackage {
+    /// Runs `function` with named tensor inputs, reading and writing `state`; returns the
+    /// function's outputs by name.
+    pub fn predict(
+        &self,
+        function: &str,
+        inputs: &HashMap<String, Tensor>,
+        state: &mut State,
+    ) -> Result<HashMap<String, Tensor>> {
+        let f = self.function(function)?;
+        let mut slots: Vec<Slot> = (0..f.value_names.len()).map(|_| Slot::Empty).collect();
+        self.bind_inputs(f, inputs, &mut slots)?;
+        for (port, &v) in f.signature.states.iter().zip(&f.state_vars) {
+            let bad = |detail: String| ExecError::StateMismatch {
+                path: self.path.clone(),
+                function: f.name.clone(),
+                state: port.name.clone(),
+                detail,
+            };
+            match state.get(&port.name) {
+                None => return Err(bad(format!("absent from the state (declared {})", port.ty))),
+                Some(t) if t.shape != port.ty.shape || t.dtype != port.ty.dtype => {
+                    return Err(bad(format!("holds {t}, declared {}", port.ty)))
+                }
+                Some(_) => slots[v.index()] = Slot::State(&port.name),
+            }
+        }
+        for (v, t) in &f.constants {
+            slots[v.index()] = Slot::Borrowed(t);
+        }
+        let mut frame = Frame {
+            f,
+            slots,
+            state,
+            precision: self.precision,
+        };
+        for step in &f.steps {
+            let op_err = |detail: String| ExecError::Op {
+                path: self.path.clone(),
+                function: f.name.clone(),
+                op: step.name.clone(),
+                op_type: step.op.mil_type(),
+                detail,
+            };
+            let outs = run_step(&mut frame, step).map_err(op_err)?;
+            for ((t, &v), ty) in outs.into_iter().zip(&step.outputs).zip(&step.out_types) {
+                let t = finish_output(t, ty, frame.precision).map_err(op_err)?;
+                frame.slots[v.index()] = Slot::Owned(t);
+            }
+            for v in &step.release {
+                frame.slots[v.index()] = Slot::Empty;
+            }
+        }
+        let mut out = HashMap::new();
+        for (port, &v) in f.signature.outputs.iter().zip(&f.output_vars) {
+            let t = match std::mem::replace(&mut frame.slots[v.index()], Slot::Empty) {
+                Slot::Owned(t) => t,
+                Slot::Borrowed(t) => t.clone(),
+                Slot::State(_) | Slot::Empty => {
+                    return Err(ExecError::Op {
+                        path: self.path.clone(),
+                        function: f.name.clone(),
+                        op: port.name.clone(),
+                        op_type: "output",
+                        detail: "the output value was never computed".into(),
+                    })
+                }
+            };
+            out.insert(port.name.clone(), t);
+        }
+        Ok(out)
+    }
+
+    fn bind_inputs<'a>(
+        &self,
+        f: &'a PreparedFunction,
+        inputs: &'a HashMap<String, Tensor>,
+        slots: &mut [Slot<'a>],
+    ) -> Result<()> {
+        if let Some(extra) = inputs
+            .keys()
+            .find(|k| !f.signature.inputs.iter().any(|p| &p.name == *k))
+        {
+            return Err(ExecError::UnexpectedInput {
+                path: self.path.clone(),
+                function: f.name.clone(),
+                input: extra.clone(),
+                declared: f
+                    .signature
+                    .inputs
+                    .iter()
+                    .map(|p| format!("{}: {}", p.name, p.ty))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            });
+        }
+        for (port, &v) in f.signature.inputs.iter().zip(&f.input_vars) {
+            let mismatch = |detail: String| ExecError::InputMismatch {
+                path: self.path.clone(),
+                function: f.name.clone(),
+                input: port.name.clone(),
+                detail,
+            };
+            let t = inputs
+                .get(&port.name)
+                .ok_or_else(|| ExecError::MissingInput {
+                    path: self.path.clone(),
+                    function: f.name.clone(),
+                    input: port.name.clone(),
+                    expected: port.ty.to_string(),
+                })?;
+            if t.dtype != port.ty.dtype || t.shape != port.ty.shape {
+                return Err(mismatch(format!("got {t}, declared {}", port.ty)));
+            }
+            if t.data.len() != port.ty.numel() {
+                return Err(mismatch(format!(
+                    "holds {} values for shape {:?}",
+                    t.data.len(),
+                    t.shape
+                )));
+            }
+            slots[v.index()] = match t.dtype {
+                DType::I32 => {
+                    if let Some((i, x)) = t
+                        .data
+                        .iter()
+                        .enumerate()
+                        .find(|(_, x)| x.fract() != 0.0 || x.abs() > MAX_EXACT_INT)
+                    {
+                        return Err(mismatch(format!("element {i} = {x} is not an exact int32")));
+                    }
+                    Slot::Borrowed(t)
+                }
+                DType::F16 if self.precision == Precision::Fp16 => {
+                    let mut r = t.clone();
+                    round_f16_in_place(&mut r.data);
+                    Slot::Owned(r)
+                }
+                _ => Slot::Borrowed(t),
+            };
+        }
+        Ok(())
+    }
+}
+
+/// Checks an op result against its declared type and applies the precision's rounding.
+fn finish_output(
+    mut t: Tensor,
+    ty: &anemone_mil::TensorType,
+    precision: Precision,
+) -> Result<Tensor, String> {
+    if t.shape != ty.shape || t.data.len() != ty.numel() {
+        return Err(format!(
+            "produced shape {:?} ({} values), declared {ty}",
+            t.shape,
+            t.data.len()
+        ));
+    }
+    t.dtype = ty.dtype;
+    match ty.dtype {
+        DType::F16 if precision == Precision::Fp16 => round_f16_in_place(&mut t.data),
+        DType::I32 => {
+            if let Some((i, v)) = t.data.iter().enumerate().find(|(_, v)| v.is_nan()) {
+                return Err(format!(
+                    "int32 element {i} = {v} overflows the exactly representable range ±2^24"
+                ));
+            }
+        }
+        _ => {}
+    }
+    Ok(t)
+}
+
+fn tensor(out: &anemone_mil::TensorType, data: Vec<f32>) -> Tensor {
+    Tensor {
+        dtype: out.dtype,
+        shape: out.shape.clone(),
+        data,
+    }
+}
+
+/// Executes one op. Every op of the enum is handled here (constants included, though the
+/// planner decodes those at load time and never schedules them).
+fn run_step(fr: &mut Frame, step: &Step) -> Result<Vec<Tensor>, String> {
+    let out_ty = step.out_types.first();
+    let one = |data: Vec<f32>| -> Result<Vec<Tensor>, String> {
+        let ty = out_ty.ok_or("op declares no output")?;
+        Ok(vec![tensor(ty, data)])
+    };
+    match &step.op {
+        Op::Const { value } => Ok(vec![const_tensor(value)?]),
+        Op::ConstexprBlockwiseShiftScale {
+            data,
+            scale,
+            offset,
+        } => Ok(vec![blockwise_shift_scale(data, scale, offset.as_ref())?]),
+        Op::ConstexprLutToDense { indices, lut } => Ok(vec![lut_to_dense(indices, lut)?]),
+        Op::ReadState { input } => {
+            let name = fr.state_name(*input)?;
+            let t = fr
+                .state
+                .get(name)
+                .ok_or_else(|| format!("state `{name}` is missing"))?;
+            Ok(vec![t.clone()])
+        }
+        Op::WriteState { input, data } => {
+            let name = fr.state_name(*input)?;
+            let mut t = fr.take(*data, step)?;
+            let held = fr
+                .state
+                .get(name)
+                .ok_or_else(|| format!("state `{name}` is missing"))?;
+            if t.shape != held.shape {
+                return Err(format!("writes {t} into state `{name}` of {held}"));
+            }
+            t.dtype = held.dtype;
+            if fr.precision == Precision::Fp16 {
+                round_f16_in_place(&mut t.data);
+            }
+            fr.state.insert(name, t);
+            Ok(vec![])
+        }
+        Op::SliceUpdate {
+            x,
+            update,
+            begin,
+            end,
+        } => {
+            let b = fr.get(*begin)?.to_i32_vec();
+            let e = fr.get(*end)?.to_i32_vec();
+            let mut xt = fr.take(*x, step)?;
+            let u = fr.get(*update)?;
+            let fits = b.len() == xt.rank()
+                && e.len() == xt.rank()
+                && (0..xt.rank()).all(|i| {
+                    b[i] >= 0
+                        && e[i] >= b[i]
+                        && e[i] as usize <= xt.shape[i]
+                        && (e[i] - b[i]) as usize == u.shape[i]
+                });
+            if !fits {
+                return Err(format!(
+                    "window begin {b:?} end {e:?} does not fit x {} with update {}",
+                    xt, u
+                ));
+            }
+            let begin: Vec<usize> = b.iter().map(|&v| v as usize).collect();
+            shape::slice_update(&mut xt.data, &xt.shape, &u.data, &u.shape, &begin);
+            Ok(vec![xt])
+        }
+        Op::Conv {
+            x,
+            weight,
+            bias,
+            params,
+        } => {
+            let ty = out_ty.ok_or("conv declares no output")?;
+            let (xt, wt) = (fr.get(*x)?, fr.get(*weight)?);
+            let bt = bias.map(|b| fr.get(b)).transpose()?;
+            let data = linalg::conv2d(
+                &xt.data,
+                &xt.shape,
+                &wt.data,
+                &wt.shape,
+                bt.map(|b| b.data.as_slice()),
+                params,
+                &ty.shape,
+            )?;
+            one(data)
+        }
+        Op::Matmul {
+            x,
+            y,
+            transpose_x,
+            transpose_y,
+        } => {
+            let ty = out_ty.ok_or("matmul declares no output")?;
+            let data = matmul(
+                fr.get(*x)?,
+                fr.get(*y)?,
+                *transpose_x,
+                *transpose_y,
+                &ty.shape,
+            )?;
+            one(data)
+        }
+        Op::Linear { x, weight, bias } => {
+            let ty = out_ty.ok_or("linear declares no output")?;
+            let (xt, wt) = (fr.get(*x)?, fr.get(*weight)?);
+            let (out_f, in_f) = (wt.shape[0], wt.shape[1]);
+            let rows = xt.numel() / in_f.max(1);
+            let mut data = vec![0.0f32; rows * out_f];
+            let xm = linalg::MatRef::row_major(&xt.data, rows, in_f);
+            let wm = linalg::MatRef::row_major(&wt.data, out_f, in_f).transposed();
+            linalg::matmul_into(&mut data, xm, wm, false)?;
+            if let Some(b) = bias {
+                let bt = fr.get(*b)?;
+                for row in data.chunks_mut(out_f.max(1)) {
+                    row.iter_mut().zip(&bt.data).for_each(|(v, b)| *v += b);
+                }
+            }
+            debug_assert_eq!(data.len(), ty.numel());
+            one(data)
+        }
+        Op::Softmax { x, axis } => {
+            let mut t = fr.take(*x, step)?;
+            norm::softmax(&mut t.data, &t.shape, *axis);
+            Ok(vec![t])
+        }
+        Op::LayerNorm {
+            x,
+            axes,
+            gamma,
+            beta,
+            epsilon,
+        } => {
+            let mut t = fr.take(*x, step)?;
+            let g = gamma.map(|g| fr.get(g)).transpose()?;
+            let b = beta.map(|b| fr.get(b)).transpose()?;
+            norm::layer_norm(
+                &mut t.data,
+                &t.shape,
+                axes,
+                g.map(|g| g.data.as_slice()),
+                b.map(|b| b.data.as_slice()),
+                *epsilon,
+            );
+            Ok(vec![t])
+        }
+        Op::Reduce { kind, x, axes, .. } => {
+            let t = fr.get(*x)?;
+            one(norm::reduce(*kind, &t.data, &t.shape, axes))
+        }
+        Op::Unary { kind, x } => {
+            let mut t = fr.take(*x, step)?;
+            elementwise::unary(*kind, &mut t.data);
+            Ok(vec![t])
+        }
+        Op::Rsqrt { x, epsilon } => {
+            let mut t = fr.take(*x, step)?;
+            elementwise::rsqrt(&mut t.data, *epsilon);
+            Ok(vec![t])
+        }
+        Op::Gelu { x, mode } => {
+            let mut t = fr.take(*x, step)?;
+            elementwise::gelu(*mode, &mut t.data);
+            Ok(vec![t])
+        }
+        Op::Binary { kind, x, y } => {
+            let ty = out_ty.ok_or("binary op declares no output")?;
+            let reuse_x = step.movable.contains(x) && fr.get(*x)?.shape == ty.shape;
+            let reuse = if reuse_x {
+                Some(fr.take(*x, step)?)
+            } else {
+                None
+            };
+            let yt = fr.get(*y)?;
+            let data = match reuse {
+                Some(xt) => elementwise::binary(
+                    *kind,
+                    ty.dtype,
+                    Operand {
+                        data: &[],
+                        shape: &ty.shape,
+                    },
+                    Operand {
+                        data: &yt.data,
+                        shape: &yt.shape,
+                    },
+                    &ty.shape,
+                    Some(xt.data),
+                ),
+                None => {
+                    let xt = fr.get(*x)?;
+                    elementwise::binary(
+                        *kind,
+                        ty.dtype,
+                        Operand {
+                            data: &xt.data,
+                            shape: &xt.shape,
+                        },
+                        Operand {
+                            data: &yt.data,
+                            shape: &yt.shape,
+                        },
+                        &ty.shape,
+                        None,
+                    )
+                }
+            };
+            one(data)
+        }
+        Op::SliceByIndex {
+            x, begin, stride, ..
+        } => {
+            let ty = out_ty.ok_or("slice_by_index declares no output")?;
+            let t = fr.get(*x)?;
+            one(shape::slice_by_index(
+                &t.data, &t.shape, begin, stride, &ty.shape,
+            ))
+        }
+        Op::Concat { values, axis } => {
+            let ty = out_ty.ok_or("concat declares no output")?;
+            let parts = values
+                .iter()
+                .map(|v| fr.get(*v).map(|t| (t.data.as_slice(), t.shape.as_slice())))
+                .collect::<Result<Vec<_>, String>>()?;
+            one(shape::concat(&parts, *axis, &ty.shape))
+        }
+        Op::Split {
+            x,
+            split_sizes,
+            axis,
+        } => {
+            let t = fr.get(*x)?;
+            let pieces = shape::split(&t.data, &t.shape, *axis, split_sizes);
+            Ok(pieces
+                .into_iter()
+                .zip(&step.out_types)
+                .map(|(d, ty)| tensor(ty, d))
+                .collect())
+        }
+        Op::Reshape { x, .. } | Op::ExpandDims { x, .. } | Op::Squeeze { x, .. } => {
+            let ty = out_ty.ok_or("reshape declares no output")?;
+            let mut t = fr.take(*x, step)?;
+            t.shape = ty.shape.clone();
+            Ok(vec![t])
+        }
+        Op::Transpose { x, perm } => {
+            let t = fr.get(*x)?;
+            one(shape::transpose(&t.data, &t.shape, perm))
+        }
+        Op::Cast { x, dtype } => {
+            let mut t = fr.take(*x, step)?;
+            elementwise::cast(*dtype, &mut t.data);
+            t.dtype = *dtype;
+            Ok(vec![t])
+        }
+    }
+}
+
+/// Batched `x · y` with numpy broadcasting of the batch dims.
+fn matmul(
+    x: &Tensor,
+    y: &Tensor,
+    tx: bool,
+    ty: bool,
+    out_shape: &[usize],
+) -> Result<Vec<f32>, String> {
+    let (xr, yr, or) = (x.rank(), y.rank(), out_shape.len());
+    let (xa, xb) = (x.shape[xr - 2], x.shape[xr - 1]);
+    let (ya, yb) = (y.shape[yr - 2], y.shape[yr - 1]);
+    let (m, n) = (out_shape[or - 2], out_shape[or - 1]);
+    let mut out = vec![0.0f32; out_shape.iter().product()];
+    let mut failure = None;
+    elementwise::for_each_broadcast(
+        &out_shape[..or - 2],
+        &x.shape[..xr - 2],
+        &y.shape[..yr - 2],
+        |o, xi, yi| {
+            if failure.is_some() {
+                return;
+            }
+            let xs = &x.data[xi * xa * xb..(xi + 1) * xa * xb];
+            let ys = &y.data[yi * ya * yb..(yi + 1) * ya * yb];
+            let mut a = linalg::MatRef::row_major(xs, xa, xb);
+            let mut b = linalg::MatRef::row_major(ys, ya, yb);
+            if tx {
+                a = a.transposed();
+            }
+            if ty {
+                b = b.transposed();
+            }
+            let dst = &mut out[o * m * n..(o + 1) * m * n];
+            if let Err(e) = linalg::matmul_into(dst, a, b, false) {
+                failure = Some(e);
+            }
+        },
+    );
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(out),
+    }
+}

@@ -1,0 +1,247 @@
+//! Elementwise kernels: broadcasting binary ops, unary activations, casts.
+
+use anemone_mil::{BinaryOp, DType, GeluMode, UnaryOp};
+
+use crate::tensor::{round_f16, MAX_EXACT_INT};
+
+/// Strides of `shape` seen from a broadcast output of rank `out_rank` (0 on broadcast axes).
+fn broadcast_strides(shape: &[usize], out_shape: &[usize]) -> Vec<usize> {
+    let lead = out_shape.len() - shape.len();
+    let own = crate::decompress::strides(shape);
+    (0..out_shape.len())
+        .map(|i| {
+            if i < lead || shape[i - lead] == 1 {
+                0
+            } else {
+                own[i - lead]
+            }
+        })
+        .collect()
+}
+
+/// Calls `f(out_index, x_index, y_index)` for every output element, in order.
+#[inline]
+pub(crate) fn for_each_broadcast(
+    out_shape: &[usize],
+    x_shape: &[usize],
+    y_shape: &[usize],
+    mut f: impl FnMut(usize, usize, usize),
+) {
+    let rank = out_shape.len();
+    let numel: usize = out_shape.iter().product();
+    if numel == 0 {
+        return;
+    }
+    if rank == 0 {
+        f(0, 0, 0);
+        return;
+    }
+    let xs = broadcast_strides(x_shape, out_shape);
+    let ys = broadcast_strides(y_shape, out_shape);
+    let inner = out_shape[rank - 1];
+    let (xi_step, yi_step) = (xs[rank - 1], ys[rank - 1]);
+    let mut coord = vec![0usize; rank - 1];
+    let (mut xb, mut yb) = (0usize, 0usize);
+    let mut o = 0;
+    while o < numel {
+        for j in 0..inner {
+            f(o + j, xb + j * xi_step, yb + j * yi_step);
+        }
+        o += inner;
+        // advance the outer odometer
+        for ax in (0..rank - 1).rev() {
+            coord[ax] += 1;
+            xb += xs[ax];
+            yb += ys[ax];
+            if coord[ax] < out_shape[ax] {
+                break;
+            }
+            xb -= xs[ax] * out_shape[ax];
+            yb -= ys[ax] * out_shape[ax];
+            coord[ax] = 0;
+        }
+    }
+}
+
+#[inline]
+fn apply_binary<F: Fn(f32, f32) -> f32>(
+    f: F,
+    x: &[f32],
+    x_shape: &[usize],
+    y: &[f32],
+    y_shape: &[usize],
+    out_shape: &[usize],
+    reuse: Option<Vec<f32>>,
+) -> Vec<f32> {
+    let numel: usize = out_shape.iter().product();
+    // In place: `reuse` is x's own buffer, already of the output's shape.
+    if let Some(mut buf) = reuse {
+        if y.len() == 1 {
+            let b = y[0];
+            buf.iter_mut().for_each(|a| *a = f(*a, b));
+        } else if y_shape == out_shape {
+            buf.iter_mut().zip(y).for_each(|(a, &b)| *a = f(*a, b));
+        } else {
+            for_each_broadcast(out_shape, out_shape, y_shape, |o, _, yi| {
+                buf[o] = f(buf[o], y[yi])
+            });
+        }
+        return buf;
+    }
+    if x_shape == out_shape && y_shape == out_shape {
+        return x.iter().zip(y).map(|(&a, &b)| f(a, b)).collect();
+    }
+    if x_shape == out_shape && y.len() == 1 {
+        let b = y[0];
+        return x.iter().map(|&a| f(a, b)).collect();
+    }
+    if y_shape == out_shape && x.len() == 1 {
+        let a = x[0];
+        return y.iter().map(|&b| f(a, b)).collect();
+    }
+    let mut out = vec![0.0f32; numel];
+    for_each_broadcast(out_shape, x_shape, y_shape, |o, xi, yi| {
+        out[o] = f(x[xi], y[yi])
+    });
+    out
+}
+
+/// A flat buffer with its shape.
+#[derive(Clone, Copy)]
+pub struct Operand<'a> {
+    pub data: &'a [f32],
+    pub shape: &'a [usize],
+}
+
+/// `x ∘ y` with numpy broadcasting. `reuse`, when given, is x's buffer (x of the output's
+/// shape, no longer needed; `x.data` is then ignored) and receives the result. Int32
+/// results beyond ±2^24 become NaN (reported by the interpreter).
+pub fn binary(
+    kind: BinaryOp,
+    dtype: DType,
+    x: Operand,
+    y: Operand,
+    out_shape: &[usize],
+    reuse: Option<Vec<f32>>,
+) -> Vec<f32> {
+    let (xd, xs, yd, ys) = (x.data, x.shape, y.data, y.shape);
+    match (kind, dtype == DType::I32) {
+        (BinaryOp::Add, false) => apply_binary(|a, b| a + b, xd, xs, yd, ys, out_shape, reuse),
+        (BinaryOp::Sub, false) => apply_binary(|a, b| a - b, xd, xs, yd, ys, out_shape, reuse),
+        (BinaryOp::Mul, false) => apply_binary(|a, b| a * b, xd, xs, yd, ys, out_shape, reuse),
+        (BinaryOp::RealDiv, _) => apply_binary(|a, b| a / b, xd, xs, yd, ys, out_shape, reuse),
+        (BinaryOp::Maximum, _) => apply_binary(f32::max, xd, xs, yd, ys, out_shape, reuse),
+        (BinaryOp::Minimum, _) => apply_binary(f32::min, xd, xs, yd, ys, out_shape, reuse),
+        (BinaryOp::Pow, _) => apply_binary(f32::powf, xd, xs, yd, ys, out_shape, reuse),
+        // int32 arithmetic in f64 so the result is exact before the range check
+        (BinaryOp::Add, true) => apply_binary(
+            |a, b| int(a as f64 + b as f64),
+            xd,
+            xs,
+            yd,
+            ys,
+            out_shape,
+            reuse,
+        ),
+        (BinaryOp::Sub, true) => apply_binary(
+            |a, b| int(a as f64 - b as f64),
+            xd,
+            xs,
+            yd,
+            ys,
+            out_shape,
+            reuse,
+        ),
+        (BinaryOp::Mul, true) => apply_binary(
+            |a, b| int(a as f64 * b as f64),
+            xd,
+            xs,
+            yd,
+            ys,
+            out_shape,
+            reuse,
+        ),
+    }
+}
+
+/// An int32 result; values beyond the exactly representable range become NaN, which the
+/// interpreter reports as an error for int32 outputs.
+#[inline]
+fn int(v: f64) -> f32 {
+    if v.abs() <= MAX_EXACT_INT as f64 {
+        v as f32
+    } else {
+        f32::NAN
+    }
+}
+
+#[inline]
+fn silu(v: f32) -> f32 {
+    v / (1.0 + (-v).exp())
+}
+
+/// A unary activation applied in place.
+pub fn unary(kind: UnaryOp, data: &mut [f32]) {
+    match kind {
+        UnaryOp::Sqrt => data.iter_mut().for_each(|v| *v = v.sqrt()),
+        UnaryOp::Exp => data.iter_mut().for_each(|v| *v = v.exp()),
+        UnaryOp::Silu => data.iter_mut().for_each(|v| *v = silu(*v)),
+        UnaryOp::Tanh => data.iter_mut().for_each(|v| *v = v.tanh()),
+        UnaryOp::Square => data.iter_mut().for_each(|v| *v = *v * *v),
+        UnaryOp::Abs => data.iter_mut().for_each(|v| *v = v.abs()),
+    }
+}
+
+/// `1 / sqrt(x + epsilon)` in place.
+pub fn rsqrt(data: &mut [f32], epsilon: f32) {
+    data.iter_mut()
+        .for_each(|v| *v = 1.0 / (*v + epsilon).sqrt());
+}
+
+/// `gelu` in place, in the MIL mode's formula.
+pub fn gelu(mode: GeluMode, data: &mut [f32]) {
+    match mode {
+        GeluMode::Exact => data
+            .iter_mut()
+            .for_each(|v| *v = 0.5 * *v * (1.0 + libm::erff(*v * std::f32::consts::FRAC_1_SQRT_2))),
+        GeluMode::TanhApproximation => {
+            let k = (2.0 / std::f32::consts::PI).sqrt();
+            data.iter_mut().for_each(|v| {
+                let x = *v;
+                *v = 0.5 * x * (1.0 + (k * (x + 0.044715 * x * x * x)).tanh())
+            })
+        }
+        GeluMode::SigmoidApproximation => data
+            .iter_mut()
+            .for_each(|v| *v = *v / (1.0 + (-1.702 * *v).exp())),
+    }
+}
+
+/// Converts values to `to` as coremltools' `cast` does (numpy `astype`): to int32 truncates
+/// toward zero (NaN for values outside the exactly representable range), to bool tests
+/// `!= 0`, to fp16 rounds to nearest even.
+pub fn cast(to: DType, data: &mut [f32]) {
+    match to {
+        DType::I32 => data.iter_mut().for_each(|v| {
+            let t = v.trunc();
+            *v = if t.abs() <= MAX_EXACT_INT {
+                t
+            } else {
+                f32::NAN
+            }
+        }),
+        DType::Bool => data
+            .iter_mut()
+            .for_each(|v| *v = if *v != 0.0 { 1.0 } else { 0.0 }),
+        DType::F16 => data.iter_mut().for_each(|v| *v = round_f16(*v)),
+        DType::F32
+        | DType::I8
+        | DType::U8
+        | DType::I4
+        | DType::U1
+        | DType::U2
+        | DType::U3
+        | DType::U4
+        | DType::U6 => {}
+    }
+}

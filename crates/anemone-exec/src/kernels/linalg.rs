@@ -1,0 +1,226 @@
+//! Matrix kernels: a multi-threaded matvec for single-token projections, `gemm` for
+//! everything wider, and a direct convolution for kernels larger than 1×1. Sums in f32.
+
+use anemone_mil::ConvParams;
+use gemm::Parallelism;
+use rayon::prelude::*;
+
+/// A strided read-only matrix view: element (i, j) at `data[i * rs + j * cs]`.
+#[derive(Clone, Copy)]
+pub struct MatRef<'a> {
+    pub data: &'a [f32],
+    pub rows: usize,
+    pub cols: usize,
+    pub rs: usize,
+    pub cs: usize,
+}
+
+impl<'a> MatRef<'a> {
+    /// A row-major `rows × cols` matrix starting at `data[0]`.
+    pub fn row_major(data: &'a [f32], rows: usize, cols: usize) -> Self {
+        MatRef {
+            data,
+            rows,
+            cols,
+            rs: cols,
+            cs: 1,
+        }
+    }
+
+    pub fn transposed(self) -> Self {
+        MatRef {
+            data: self.data,
+            rows: self.cols,
+            cols: self.rows,
+            rs: self.cs,
+            cs: self.rs,
+        }
+    }
+
+    fn fits(&self) -> bool {
+        self.rows == 0
+            || self.cols == 0
+            || (self.rows - 1) * self.rs + (self.cols - 1) * self.cs < self.data.len()
+    }
+}
+
+/// Work (multiply-adds) above which a product is spread over the thread pool.
+const PARALLEL_WORK: usize = 1 << 18;
+
+/// `dst (row-major m×n) = a (m×k) · b (k×n)`, or `dst += …` when `accumulate`.
+pub fn matmul_into(dst: &mut [f32], a: MatRef, b: MatRef, accumulate: bool) -> Result<(), String> {
+    let (m, k, n) = (a.rows, a.cols, b.cols);
+    if b.rows != k || dst.len() != m * n || !a.fits() || !b.fits() {
+        return Err(format!(
+            "matmul operands disagree: {}×{} · {}×{} into {} values",
+            a.rows,
+            a.cols,
+            b.rows,
+            b.cols,
+            dst.len()
+        ));
+    }
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    if k == 0 {
+        if !accumulate {
+            dst.fill(0.0);
+        }
+        return Ok(());
+    }
+    if n == 1 {
+        // y = A·x: one dot product per row of A
+        let x: Vec<f32> = (0..k).map(|j| b.data[j * b.rs]).collect();
+        matvec_strided(dst, a, &x, accumulate);
+        return Ok(());
+    }
+    let parallelism = if m * n * k >= PARALLEL_WORK {
+        Parallelism::Rayon(0)
+    } else {
+        Parallelism::None
+    };
+    // SAFETY: `fits` proved every (i, j) index of a and b lies inside its slice, and dst holds
+    // exactly m×n row-major values; the three buffers do not overlap (dst is &mut).
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            1,
+            n as isize,
+            accumulate,
+            a.data.as_ptr(),
+            a.cs as isize,
+            a.rs as isize,
+            b.data.as_ptr(),
+            b.cs as isize,
+            b.rs as isize,
+            1.0,
+            1.0,
+            false,
+            false,
+            false,
+            parallelism,
+        );
+    }
+    Ok(())
+}
+
+#[inline]
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0.0f32; 8];
+    let chunks = a.len() / 8 * 8;
+    for (ca, cb) in a[..chunks].chunks_exact(8).zip(b[..chunks].chunks_exact(8)) {
+        for l in 0..8 {
+            acc[l] += ca[l] * cb[l];
+        }
+    }
+    let mut s = (acc[0] + acc[4]) + (acc[1] + acc[5]) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for (x, y) in a[chunks..].iter().zip(&b[chunks..]) {
+        s += x * y;
+    }
+    s
+}
+
+/// Rows per parallel task of a matvec (a few tasks per core, each a contiguous block of W).
+const MATVEC_ROWS_PER_TASK: usize = 64;
+
+fn matvec_strided(dst: &mut [f32], a: MatRef, x: &[f32], accumulate: bool) {
+    let k = a.cols;
+    let row = |i: usize| -> f32 {
+        if a.cs == 1 {
+            dot(&a.data[i * a.rs..i * a.rs + k], x)
+        } else {
+            (0..k).map(|j| a.data[i * a.rs + j * a.cs] * x[j]).sum()
+        }
+    };
+    let kernel = |(t, chunk): (usize, &mut [f32])| {
+        for (r, d) in chunk.iter_mut().enumerate() {
+            let v = row(t * MATVEC_ROWS_PER_TASK + r);
+            *d = if accumulate { *d + v } else { v };
+        }
+    };
+    if a.rows * k >= PARALLEL_WORK {
+        dst.par_chunks_mut(MATVEC_ROWS_PER_TASK)
+            .enumerate()
+            .for_each(kernel);
+    } else {
+        dst.chunks_mut(MATVEC_ROWS_PER_TASK)
+            .enumerate()
+            .for_each(kernel);
+    }
+}
+
+/// 2-D convolution of `x [N, C, H, W]` with `w [O, C/groups, kH, kW]` into `[N, O, oH, oW]`.
+pub fn conv2d(
+    x: &[f32],
+    x_shape: &[usize],
+    w: &[f32],
+    w_shape: &[usize],
+    bias: Option<&[f32]>,
+    p: &ConvParams,
+    out_shape: &[usize],
+) -> Result<Vec<f32>, String> {
+    let (n, c, h, wd) = (x_shape[0], x_shape[1], x_shape[2], x_shape[3]);
+    let (o, cpg, kh, kw) = (w_shape[0], w_shape[1], w_shape[2], w_shape[3]);
+    let (oh, ow) = (out_shape[2], out_shape[3]);
+    let g = p.groups;
+    let opg = o / g;
+    let mut out = vec![0.0f32; n * o * oh * ow];
+    let pointwise = kh == 1 && kw == 1 && p.strides == [1, 1] && p.pad == [0, 0, 0, 0];
+    if pointwise {
+        // per batch and group: out[opg × HW] = W[opg × cpg] · X[cpg × HW]
+        let hw = h * wd;
+        for b in 0..n {
+            for gi in 0..g {
+                let wm = MatRef::row_major(&w[gi * opg * cpg..(gi + 1) * opg * cpg], opg, cpg);
+                let xs = (b * c + gi * cpg) * hw;
+                let xm = MatRef::row_major(&x[xs..xs + cpg * hw], cpg, hw);
+                let os = (b * o + gi * opg) * hw;
+                matmul_into(&mut out[os..os + opg * hw], wm, xm, false)?;
+            }
+        }
+    } else {
+        let plane = oh * ow;
+        let kernel = |(bo, dst): (usize, &mut [f32])| {
+            let (b, oc) = (bo / o, bo % o);
+            let gi = oc / opg;
+            for ci in 0..cpg {
+                let xc = (b * c + gi * cpg + ci) * h * wd;
+                for ki in 0..kh {
+                    for kj in 0..kw {
+                        let wv = w[((oc * cpg + ci) * kh + ki) * kw + kj];
+                        for y in 0..oh {
+                            let iy = (y * p.strides[0] + ki * p.dilations[0]) as isize
+                                - p.pad[0] as isize;
+                            if iy < 0 || iy >= h as isize {
+                                continue;
+                            }
+                            for xo in 0..ow {
+                                let ix = (xo * p.strides[1] + kj * p.dilations[1]) as isize
+                                    - p.pad[2] as isize;
+                                if ix < 0 || ix >= wd as isize {
+                                    continue;
+                                }
+                                dst[y * ow + xo] += wv * x[xc + iy as usize * wd + ix as usize];
+                            }
+                        }
+                    }
+                }
+            }
+        };
+        out.par_chunks_mut(plane.max(1))
+            .enumerate()
+            .for_each(kernel);
+    }
+    if let Some(bias) = bias {
+        let plane = oh * ow;
+        for (i, chunk) in out.chunks_mut(plane.max(1)).enumerate() {
+            let bv = bias[i % o];
+            chunk.iter_mut().for_each(|v| *v += bv);
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,105 @@
+//! Reductions over axis sets: softmax, layer_norm, reduce_*. Sums accumulate in f32.
+
+use anemone_mil::ReduceOp;
+
+use crate::decompress::strides;
+
+/// Flat offsets of every coordinate combination over `axes` (in the listed order, row-major),
+/// and over the remaining axes (ascending, row-major).
+fn axis_offsets(shape: &[usize], axes: &[usize]) -> (Vec<usize>, Vec<usize>) {
+    let st = strides(shape);
+    let enumerate = |ax: &[usize]| -> Vec<usize> {
+        let mut offs = vec![0usize];
+        for &a in ax {
+            let mut next = Vec::with_capacity(offs.len() * shape[a]);
+            for &o in &offs {
+                for i in 0..shape[a] {
+                    next.push(o + i * st[a]);
+                }
+            }
+            offs = next;
+        }
+        offs
+    };
+    let rest: Vec<usize> = (0..shape.len()).filter(|a| !axes.contains(a)).collect();
+    (enumerate(axes), enumerate(&rest))
+}
+
+/// Softmax along `axis`, with the row maximum subtracted first.
+pub fn softmax(data: &mut [f32], shape: &[usize], axis: usize) {
+    let outer: usize = shape[..axis].iter().product();
+    let n = shape[axis];
+    let inner: usize = shape[axis + 1..].iter().product();
+    let mut row = vec![0.0f32; n];
+    for o in 0..outer {
+        for i in 0..inner {
+            let base = o * n * inner + i;
+            let mut max = f32::NEG_INFINITY;
+            for (k, r) in row.iter_mut().enumerate() {
+                *r = data[base + k * inner];
+                max = max.max(*r);
+            }
+            let mut sum = 0.0f32;
+            for r in row.iter_mut() {
+                *r = (*r - max).exp();
+                sum += *r;
+            }
+            for (k, r) in row.iter().enumerate() {
+                data[base + k * inner] = r / sum;
+            }
+        }
+    }
+}
+
+/// `(x - mean) / sqrt(var + eps) * gamma + beta` over `axes` (biased variance); gamma and
+/// beta are indexed by the coordinates along `axes` in the listed order.
+pub fn layer_norm(
+    data: &mut [f32],
+    shape: &[usize],
+    axes: &[usize],
+    gamma: Option<&[f32]>,
+    beta: Option<&[f32]>,
+    epsilon: f32,
+) {
+    let (norm, rest) = axis_offsets(shape, axes);
+    let n = norm.len() as f32;
+    for &r in &rest {
+        let mean = norm.iter().map(|&k| data[r + k]).sum::<f32>() / n;
+        let var = norm
+            .iter()
+            .map(|&k| {
+                let d = data[r + k] - mean;
+                d * d
+            })
+            .sum::<f32>()
+            / n;
+        let inv = 1.0 / (var + epsilon).sqrt();
+        for (j, &k) in norm.iter().enumerate() {
+            let mut y = (data[r + k] - mean) * inv;
+            if let Some(g) = gamma {
+                y *= g[j];
+            }
+            if let Some(b) = beta {
+                y += b[j];
+            }
+            data[r + k] = y;
+        }
+    }
+}
+
+/// Reduces over `axes`; the result is laid out over the remaining axes in order (which is
+/// the output layout with or without kept size-1 dims).
+pub fn reduce(kind: ReduceOp, data: &[f32], shape: &[usize], axes: &[usize]) -> Vec<f32> {
+    let (red, rest) = axis_offsets(shape, axes);
+    let n = red.len() as f32;
+    rest.iter()
+        .map(|&r| match kind {
+            ReduceOp::Sum => red.iter().map(|&k| data[r + k]).sum::<f32>(),
+            ReduceOp::Mean => red.iter().map(|&k| data[r + k]).sum::<f32>() / n,
+            ReduceOp::Max => red
+                .iter()
+                .map(|&k| data[r + k])
+                .fold(f32::NEG_INFINITY, f32::max),
+        })
+        .collect()
+}

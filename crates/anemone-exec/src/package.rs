@@ -1,0 +1,298 @@
+//! Loading a package: constants decoded once to f32 compute buffers (shared between functions
+//! with identical payloads), non-constant ops scheduled with buffer lifetimes.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anemone_mil::{Function, Op, TensorData, TensorType, Var};
+
+use crate::decompress::{blockwise_shift_scale, const_tensor, lut_to_dense};
+use crate::error::{ExecError, Result};
+use crate::tensor::{Precision, Tensor};
+
+/// One named value of a function signature.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Port {
+    pub name: String,
+    pub ty: TensorType,
+}
+
+/// A function's tensor inputs, states and outputs, in declaration order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Signature {
+    pub inputs: Vec<Port>,
+    pub states: Vec<Port>,
+    pub outputs: Vec<Port>,
+}
+
+/// A non-constant op ready to run.
+pub(crate) struct Step {
+    pub name: String,
+    /// The op (never a const/constexpr: those are decoded at load time).
+    pub op: Op,
+    pub outputs: Vec<Var>,
+    pub out_types: Vec<TensorType>,
+    /// Values dead after this step.
+    pub release: Vec<Var>,
+    /// Operands used once here for the last time: their buffers may be taken over.
+    pub movable: Vec<Var>,
+}
+
+pub(crate) struct PreparedFunction {
+    pub name: String,
+    pub signature: Signature,
+    pub input_vars: Vec<Var>,
+    pub state_vars: Vec<Var>,
+    pub output_vars: Vec<Var>,
+    pub value_names: Vec<String>,
+    pub constants: Vec<(Var, Arc<Tensor>)>,
+    pub steps: Vec<Step>,
+}
+
+/// A package loaded from disk and prepared for execution in one precision.
+pub struct LoadedPackage {
+    pub(crate) path: PathBuf,
+    pub(crate) precision: Precision,
+    pub(crate) functions: Vec<PreparedFunction>,
+    pub(crate) default_function: String,
+}
+
+/// The values of a package's states, by state name. States of the same name are shared by
+/// every function of the package (e.g. prefill and decode write the same KV cache).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct State {
+    pub(crate) tensors: BTreeMap<String, Tensor>,
+}
+
+impl State {
+    pub fn get(&self, name: &str) -> Option<&Tensor> {
+        self.tensors.get(name)
+    }
+
+    /// Replaces (or adds) a state's value.
+    pub fn insert(&mut self, name: &str, value: Tensor) {
+        self.tensors.insert(name.to_string(), value);
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.tensors.keys().map(String::as_str)
+    }
+
+    /// Sets every state value to zero.
+    pub fn reset(&mut self) {
+        self.tensors.values_mut().for_each(|t| t.data.fill(0.0));
+    }
+}
+
+/// Cache key of a decoded constant: identical payloads decode once per package.
+#[derive(PartialEq, Eq, Hash)]
+enum ConstKey {
+    Plain(TensorData),
+    ShiftScale(TensorData, TensorData, Option<TensorData>),
+    Lut(TensorData, TensorData),
+}
+
+impl LoadedPackage {
+    /// Reads `path` (an `.mlpackage`) and prepares every function for `precision`.
+    pub fn load(path: &Path, precision: Precision) -> Result<Self> {
+        let program = anemone_mil::read_package(path).map_err(|source| ExecError::Load {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let mut cache: HashMap<ConstKey, Arc<Tensor>> = HashMap::new();
+        let functions = program
+            .functions()
+            .iter()
+            .map(|f| prepare(path, f, &mut cache))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(LoadedPackage {
+            path: path.to_path_buf(),
+            precision,
+            functions,
+            default_function: program.default_function_name().to_string(),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn precision(&self) -> Precision {
+        self.precision
+    }
+
+    pub fn function_names(&self) -> impl Iterator<Item = &str> {
+        self.functions.iter().map(|f| f.name.as_str())
+    }
+
+    pub fn default_function(&self) -> &str {
+        &self.default_function
+    }
+
+    pub(crate) fn function(&self, name: &str) -> Result<&PreparedFunction> {
+        self.functions
+            .iter()
+            .find(|f| f.name == name)
+            .ok_or_else(|| ExecError::UnknownFunction {
+                path: self.path.clone(),
+                function: name.to_string(),
+                available: self.function_names().collect::<Vec<_>>().join(", "),
+            })
+    }
+
+    /// The inputs, states and outputs of `function`.
+    pub fn signature(&self, function: &str) -> Result<&Signature> {
+        Ok(&self.function(function)?.signature)
+    }
+
+    /// Zero-filled states for every state `function` declares (fp16, their declared shapes).
+    pub fn new_state(&self, function: &str) -> Result<State> {
+        let f = self.function(function)?;
+        Ok(State {
+            tensors: f
+                .signature
+                .states
+                .iter()
+                .map(|p| {
+                    (
+                        p.name.clone(),
+                        Tensor::zeros(p.ty.dtype, p.ty.shape.clone()),
+                    )
+                })
+                .collect(),
+        })
+    }
+}
+
+fn decode_constant(
+    op: &Op,
+    cache: &mut HashMap<ConstKey, Arc<Tensor>>,
+) -> Result<Arc<Tensor>, String> {
+    let key = match op {
+        Op::Const { value } => ConstKey::Plain(value.clone()),
+        Op::ConstexprBlockwiseShiftScale {
+            data,
+            scale,
+            offset,
+        } => ConstKey::ShiftScale(data.clone(), scale.clone(), offset.clone()),
+        Op::ConstexprLutToDense { indices, lut } => ConstKey::Lut(indices.clone(), lut.clone()),
+        other => return Err(format!("`{}` is not a constant op", other.mil_type())),
+    };
+    if let Some(t) = cache.get(&key) {
+        return Ok(t.clone());
+    }
+    let t = Arc::new(match &key {
+        ConstKey::Plain(v) => const_tensor(v)?,
+        ConstKey::ShiftScale(d, s, o) => blockwise_shift_scale(d, s, o.as_ref())?,
+        ConstKey::Lut(i, l) => lut_to_dense(i, l)?,
+    });
+    cache.insert(key, t.clone());
+    Ok(t)
+}
+
+fn ports(f: &Function, vars: &[Var]) -> Vec<Port> {
+    vars.iter()
+        .map(|&v| Port {
+            name: f.value_name(v).to_string(),
+            ty: f.tensor_type(v).clone(),
+        })
+        .collect()
+}
+
+fn prepare(
+    path: &Path,
+    f: &Function,
+    cache: &mut HashMap<ConstKey, Arc<Tensor>>,
+) -> Result<PreparedFunction> {
+    let mut constants = Vec::new();
+    let mut steps = Vec::new();
+    for operation in f.operations() {
+        if operation.op.is_constant() {
+            let t = decode_constant(&operation.op, cache).map_err(|detail| ExecError::Prepare {
+                path: path.to_path_buf(),
+                function: f.name().to_string(),
+                op: operation.name.clone(),
+                op_type: operation.op.mil_type(),
+                detail,
+            })?;
+            for &v in &operation.outputs {
+                constants.push((v, t.clone()));
+            }
+            continue;
+        }
+        steps.push(Step {
+            name: operation.name.clone(),
+            op: operation.op.clone(),
+            outputs: operation.outputs.clone(),
+            out_types: operation
+                .outputs
+                .iter()
+                .map(|&v| f.tensor_type(v).clone())
+                .collect(),
+            release: Vec::new(),
+            movable: Vec::new(),
+        });
+    }
+    plan_lifetimes(f, &mut steps);
+    let input_vars: Vec<Var> = f.tensor_inputs().collect();
+    let state_vars: Vec<Var> = f.state_inputs().collect();
+    let output_vars = f.outputs().to_vec();
+    Ok(PreparedFunction {
+        name: f.name().to_string(),
+        signature: Signature {
+            inputs: ports(f, &input_vars),
+            states: ports(f, &state_vars),
+            outputs: ports(f, &output_vars),
+        },
+        input_vars,
+        state_vars,
+        output_vars,
+        value_names: f.values().iter().map(|v| v.name.clone()).collect(),
+        constants,
+        steps,
+    })
+}
+
+/// Fills each step's `release` (values dead after it) and `movable` (operands it may take).
+fn plan_lifetimes(f: &Function, steps: &mut [Step]) {
+    let n = f.values().len();
+    let mut last_use: Vec<Option<usize>> = vec![None; n];
+    let mut produced_at: Vec<Option<usize>> = vec![None; n];
+    let mut handles: Vec<Option<Var>> = vec![None; n];
+    for (i, s) in steps.iter().enumerate() {
+        for v in s.op.operands() {
+            last_use[v.index()] = Some(i);
+            handles[v.index()] = Some(v);
+        }
+        for &v in &s.outputs {
+            produced_at[v.index()] = Some(i);
+            handles[v.index()] = Some(v);
+        }
+    }
+    let mut keep = vec![false; n];
+    for v in f.outputs() {
+        keep[v.index()] = true;
+    }
+    for v in f.inputs() {
+        keep[v.index()] = true;
+    }
+    for (v, handle) in handles.iter().enumerate() {
+        let Some(handle) = handle else { continue };
+        if keep[v] {
+            continue;
+        }
+        // never-used outputs die right where they are made
+        if let Some(i) = last_use[v].or(produced_at[v]) {
+            steps[i].release.push(*handle);
+        }
+    }
+    for s in steps.iter_mut() {
+        let operands = s.op.operands();
+        s.movable = operands
+            .iter()
+            .copied()
+            .filter(|v| s.release.contains(v) && operands.iter().filter(|w| *w == v).count() == 1)
+            .collect();
+    }
+}
