@@ -1,0 +1,439 @@
+//! The decoder chunk: consecutive layers of the Llama/Qwen2/Qwen3 family as one stateful ML
+//! Program with a `decode` (T = 1) and a `prefill` (T = prefill_len) function sharing weights.
+//!
+//! Layout `[1, C, 1, T]` throughout; projections are 1×1 convs; attention is per query head
+//! against the shared K/V head of its group, read straight out of the KV state.
+//!
+//! Per function (T tokens, D = head_dim, Dp = D rounded up to 32, N = layers in the chunk):
+//! - inputs: `hidden_states [1, hidden, 1, T]`, `cos`, `sin` `[1, 1, D, T]` (rotate-half
+//!   tables, `cos[d] = cos(p·inv_freq[d mod D/2])`), `mask [1, 1, T, context]` (0 where a query
+//!   may attend, −1e4 elsewhere), `position [1]` int32 (first slot written; position + T ≤ context);
+//! - states: unified `kv_cache [2·N·Hkv, 1, Dp, context]` (rows of layer j: K at
+//!   `2j·Hkv + g`, V at `(2j+1)·Hkv + g`), or split `k_cache`, `v_cache [N·Hkv, 1, Dp, context]`
+//!   (rows `j·Hkv + g`); fp16; rows `D..Dp` are padding, never written or read;
+//! - output: `hidden_states_out [1, hidden, 1, T]`.
+//!
+//! The states are read once at the start and written once at the end of each function.
+
+use anemone_checkpoint::DecoderConfig;
+use anemone_mil::{DType, FunctionBuilder, Program, SpecVersion, TensorType, Var};
+
+use super::norm::rms_norm;
+use super::options::{ChunkOptions, StateLayout};
+use super::signature::{FunctionSignature, TensorSignature};
+use super::weights::LayerWeights;
+use super::AneError;
+
+/// Names of the chunk functions' values (the runtime binds by these).
+pub mod names {
+    pub const HIDDEN_IN: &str = "hidden_states";
+    pub const COS: &str = "cos";
+    pub const SIN: &str = "sin";
+    pub const MASK: &str = "mask";
+    pub const POSITION: &str = "position";
+    pub const HIDDEN_OUT: &str = "hidden_states_out";
+    pub const KV_CACHE: &str = "kv_cache";
+    pub const K_CACHE: &str = "k_cache";
+    pub const V_CACHE: &str = "v_cache";
+    pub const DECODE: &str = "decode";
+    pub const PREFILL: &str = "prefill";
+}
+
+/// The state tensors of a chunk of `layers` layers: `(name, shape)` in declaration order.
+pub fn state_shapes(
+    config: &DecoderConfig,
+    options: &ChunkOptions,
+    layers: usize,
+) -> Vec<(&'static str, Vec<usize>)> {
+    let dp = ChunkOptions::padded_head_dim(config.head_dim);
+    let hkv = config.num_key_value_heads;
+    match options.state_layout {
+        StateLayout::Unified => vec![(
+            names::KV_CACHE,
+            vec![2 * layers * hkv, 1, dp, options.context],
+        )],
+        StateLayout::Split => vec![
+            (names::K_CACHE, vec![layers * hkv, 1, dp, options.context]),
+            (names::V_CACHE, vec![layers * hkv, 1, dp, options.context]),
+        ],
+    }
+}
+
+/// The signature of one chunk function with `t` tokens.
+pub fn chunk_signature(
+    config: &DecoderConfig,
+    options: &ChunkOptions,
+    layers: usize,
+    name: &str,
+    t: usize,
+) -> FunctionSignature {
+    let dt = options.precision.dtype();
+    let (h, d, ctx) = (config.hidden_size, config.head_dim, options.context);
+    FunctionSignature {
+        name: name.to_string(),
+        inputs: vec![
+            TensorSignature::new(
+                names::HIDDEN_IN,
+                dt,
+                vec![1, h, 1, t],
+                "residual stream entering the chunk",
+            ),
+            TensorSignature::new(
+                names::COS,
+                dt,
+                vec![1, 1, d, t],
+                "rotate-half cos table: cos(position · inv_freq[i mod head_dim/2])",
+            ),
+            TensorSignature::new(
+                names::SIN,
+                dt,
+                vec![1, 1, d, t],
+                "rotate-half sin table: sin(position · inv_freq[i mod head_dim/2])",
+            ),
+            TensorSignature::new(
+                names::MASK,
+                dt,
+                vec![1, 1, t, ctx],
+                "additive attention mask over the KV slots: 0 visible, -1e4 hidden",
+            ),
+            TensorSignature::new(
+                names::POSITION,
+                DType::I32,
+                vec![1],
+                "KV slot of the first token; position + T <= context",
+            ),
+        ],
+        outputs: vec![TensorSignature::new(
+            names::HIDDEN_OUT,
+            dt,
+            vec![1, h, 1, t],
+            "residual stream after the chunk's last layer",
+        )],
+        states: state_shapes(config, options, layers)
+            .into_iter()
+            .map(|(n, shape)| {
+                TensorSignature::new(n, DType::F16, shape, "KV cache (see manifest state_layout)")
+            })
+            .collect(),
+    }
+}
+
+/// Values of the KV state(s) while a function is being built.
+struct KvValues {
+    layout: StateLayout,
+    /// Current (updated) value of each state, in [`state_shapes`] order.
+    current: Vec<Var>,
+    kv_heads: usize,
+}
+
+impl KvValues {
+    /// `(state index, first row)` of the K block of the chunk's `local_layer`-th layer.
+    fn k_slot(&self, local_layer: usize) -> (usize, usize) {
+        match self.layout {
+            StateLayout::Unified => (0, 2 * local_layer * self.kv_heads),
+            StateLayout::Split => (0, local_layer * self.kv_heads),
+        }
+    }
+    fn v_slot(&self, local_layer: usize) -> (usize, usize) {
+        match self.layout {
+            StateLayout::Unified => (0, (2 * local_layer + 1) * self.kv_heads),
+            StateLayout::Split => (1, local_layer * self.kv_heads),
+        }
+    }
+}
+
+/// Builds the `decode` and `prefill` functions over `layers` and returns the program.
+pub fn build_chunk_program(
+    config: &DecoderConfig,
+    options: &ChunkOptions,
+    layers: &[LayerWeights],
+) -> Result<Program, AneError> {
+    if layers.is_empty() {
+        return Err(AneError::Option {
+            option: "layers-per-chunk",
+            problem: "a chunk needs at least one layer".into(),
+        });
+    }
+    let mut program = Program::new(SpecVersion::V9);
+    program.add_function(build_chunk_function(
+        config,
+        options,
+        layers,
+        names::DECODE,
+        1,
+    )?)?;
+    program.add_function(build_chunk_function(
+        config,
+        options,
+        layers,
+        names::PREFILL,
+        options.prefill_len,
+    )?)?;
+    let first = layers[0].index;
+    let last = layers[layers.len() - 1].index;
+    let meta = [
+        ("anemone.kind", "decoder_chunk".to_string()),
+        (
+            "anemone.architecture",
+            config.architecture.name().to_string(),
+        ),
+        ("anemone.layers", format!("{first}..={last}")),
+        ("anemone.layer_count", layers.len().to_string()),
+        ("anemone.context", options.context.to_string()),
+        ("anemone.prefill_len", options.prefill_len.to_string()),
+        ("anemone.precision", options.precision.name().to_string()),
+        ("anemone.norm", options.norm.name().to_string()),
+        (
+            "anemone.state_layout",
+            options.state_layout.name().to_string(),
+        ),
+    ];
+    for (k, v) in meta {
+        program.metadata.insert(k.to_string(), v);
+    }
+    Ok(program)
+}
+
+/// One chunk function with `t` tokens.
+pub fn build_chunk_function(
+    config: &DecoderConfig,
+    options: &ChunkOptions,
+    layers: &[LayerWeights],
+    name: &str,
+    t: usize,
+) -> Result<anemone_mil::Function, AneError> {
+    let sig = chunk_signature(config, options, layers.len(), name, t);
+    let mut f = FunctionBuilder::new(name);
+    let mut inputs = Vec::new();
+    for input in &sig.inputs {
+        inputs.push(f.input(&input.name, input.tensor_type())?);
+    }
+    let (x, cos, sin, mask, position) = (inputs[0], inputs[1], inputs[2], inputs[3], inputs[4]);
+    let mut states = Vec::new();
+    for s in &sig.states {
+        states.push(f.state(&s.name, s.tensor_type())?);
+    }
+    let mut current = Vec::new();
+    for (i, s) in states.iter().enumerate() {
+        current.push(f.read_state(&format!("{}_read", sig.states[i].name), *s)?);
+    }
+    let mut kv = KvValues {
+        layout: options.state_layout,
+        current,
+        kv_heads: config.num_key_value_heads,
+    };
+    let rope = Rope {
+        cos,
+        sin,
+        half: config.head_dim / 2,
+    };
+    let io = LayerIo {
+        rope: &rope,
+        mask,
+        position,
+        t,
+    };
+    let mut hidden = x;
+    for (local, layer) in layers.iter().enumerate() {
+        // the last layer's residual add is the function output and carries its name
+        let out_name = (local + 1 == layers.len()).then_some(names::HIDDEN_OUT);
+        hidden = decoder_layer(
+            &mut f, config, options, layer, local, hidden, &io, &mut kv, out_name,
+        )?;
+    }
+    for (i, s) in states.iter().enumerate() {
+        f.write_state(&format!("{}_write", sig.states[i].name), *s, kv.current[i])?;
+    }
+    f.output(hidden)?;
+    Ok(f.finish()?)
+}
+
+/// Per-function values every layer uses.
+#[derive(Clone, Copy)]
+struct LayerIo<'a> {
+    rope: &'a Rope,
+    mask: Var,
+    position: Var,
+    t: usize,
+}
+
+/// The host-provided RoPE tables, viewed for `[heads, 1, D, T]` values.
+struct Rope {
+    cos: Var,
+    sin: Var,
+    half: usize,
+}
+
+impl Rope {
+    /// `x·cos + rotate_half(x)·sin` with `rotate_half(x) = concat(−x[D/2:], x[:D/2])` along axis 2.
+    fn apply(&self, f: &mut FunctionBuilder, prefix: &str, x: Var) -> Result<Var, AneError> {
+        let dtype = f.tensor_type(x)?.dtype;
+        let halves = f.split(&format!("{prefix}_halves"), x, &[self.half, self.half], 2)?;
+        let minus_one = f.scalar(&format!("{prefix}_minus_one"), dtype, -1.0)?;
+        let neg_hi = f.mul(&format!("{prefix}_neg_hi"), halves[1], minus_one)?;
+        let rotated = f.concat(&format!("{prefix}_rot_half"), &[neg_hi, halves[0]], 2)?;
+        let a = f.mul(&format!("{prefix}_cos"), x, self.cos)?;
+        let b = f.mul(&format!("{prefix}_sin"), rotated, self.sin)?;
+        Ok(f.add(prefix, a, b)?)
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn decoder_layer(
+    f: &mut FunctionBuilder,
+    config: &DecoderConfig,
+    options: &ChunkOptions,
+    w: &LayerWeights,
+    local: usize,
+    x: Var,
+    io: &LayerIo,
+    kv: &mut KvValues,
+    out_name: Option<&str>,
+) -> Result<Var, AneError> {
+    let LayerIo {
+        rope,
+        mask,
+        position,
+        t,
+    } = *io;
+    let p = format!("l{}", w.index);
+    let eps = config.rms_norm_eps as f32;
+    let dtype = options.precision.dtype();
+    let (hq, hkv, d) = (
+        config.num_attention_heads,
+        config.num_key_value_heads,
+        config.head_dim,
+    );
+    let group = config.gqa_group();
+
+    // attention
+    let h = rms_norm(
+        f,
+        &format!("{p}_input_norm"),
+        x,
+        1,
+        &w.input_norm,
+        eps,
+        options.norm,
+    )?;
+    let (qb, kb, vb) = match &w.qkv_bias {
+        Some((q, k, v)) => (
+            Some(f.constant(&format!("{p}_q_proj_bias"), q.clone())?),
+            Some(f.constant(&format!("{p}_k_proj_bias"), k.clone())?),
+            Some(f.constant(&format!("{p}_v_proj_bias"), v.clone())?),
+        ),
+        None => (None, None, None),
+    };
+    let wq = w.q_proj.emit(f, &format!("{p}_q_proj_weight"))?;
+    let wk = w.k_proj.emit(f, &format!("{p}_k_proj_weight"))?;
+    let wv = w.v_proj.emit(f, &format!("{p}_v_proj_weight"))?;
+    let q = f.conv1x1(&format!("{p}_q_proj"), h, wq, qb)?;
+    let k = f.conv1x1(&format!("{p}_k_proj"), h, wk, kb)?;
+    let v = f.conv1x1(&format!("{p}_v_proj"), h, wv, vb)?;
+    let (hq_i, hkv_i, d_i, t_i) = (hq as i64, hkv as i64, d as i64, t as i64);
+    let mut q = f.reshape(&format!("{p}_q_heads"), q, &[hq_i, 1, d_i, t_i])?;
+    let mut k = f.reshape(&format!("{p}_k_heads"), k, &[hkv_i, 1, d_i, t_i])?;
+    let v = f.reshape(&format!("{p}_v_heads"), v, &[hkv_i, 1, d_i, t_i])?;
+    if let Some((qn, kn)) = &w.qk_norm {
+        q = rms_norm(f, &format!("{p}_q_norm"), q, 2, qn, eps, options.norm)?;
+        k = rms_norm(f, &format!("{p}_k_norm"), k, 2, kn, eps, options.norm)?;
+    }
+    let q = rope.apply(f, &format!("{p}_q_rope"), q)?;
+    let k = rope.apply(f, &format!("{p}_k_rope"), k)?;
+    let scale = f.scalar(&format!("{p}_attn_scale"), dtype, 1.0 / (d as f32).sqrt())?;
+    let q = f.mul(&format!("{p}_q_scaled"), q, scale)?;
+
+    // write K and V of the new tokens into the state value at `position`
+    let (k16, v16) = if dtype == DType::F16 {
+        (k, v)
+    } else {
+        (
+            f.cast(&format!("{p}_k_fp16"), k, DType::F16)?,
+            f.cast(&format!("{p}_v_fp16"), v, DType::F16)?,
+        )
+    };
+    let extent = f.const_i32(
+        &format!("{p}_kv_extent"),
+        &[4],
+        &[hkv as i32, 1, d as i32, t as i32],
+    )?;
+    for (kind, value, (state, row)) in [("k", k16, kv.k_slot(local)), ("v", v16, kv.v_slot(local))]
+    {
+        let head = f.const_i32(&format!("{p}_{kind}_begin_head"), &[3], &[row as i32, 0, 0])?;
+        let begin = f.concat(&format!("{p}_{kind}_begin"), &[head, position], 0)?;
+        let end = f.add(&format!("{p}_{kind}_end"), begin, extent)?;
+        kv.current[state] = f.slice_update(
+            &format!("{p}_{kind}_cache_update"),
+            kv.current[state],
+            value,
+            begin,
+            end,
+        )?;
+    }
+
+    // per KV head: its K and V over the whole context; per query head: scores, softmax, values
+    let ctx = options.context as i64;
+    let q_heads = f.split(&format!("{p}_q_split"), q, &vec![1; hq], 0)?;
+    let mut outputs = Vec::with_capacity(hq);
+    for g in 0..hkv {
+        let mut read = |kind: &str, (state, row): (usize, usize)| -> Result<Var, AneError> {
+            let r = (row + g) as i64;
+            let s = f.slice_by_index(
+                &format!("{p}_{kind}{g}"),
+                kv.current[state],
+                &[r, 0, 0, 0],
+                &[r + 1, 1, d as i64, ctx],
+                None,
+            )?;
+            if dtype == DType::F16 {
+                Ok(s)
+            } else {
+                Ok(f.cast(&format!("{p}_{kind}{g}_{}", dtype.mil_name()), s, dtype)?)
+            }
+        };
+        let kg = read("k", kv.k_slot(local))?;
+        let vg = read("v", kv.v_slot(local))?;
+        for head in g * group..(g + 1) * group {
+            let hp = format!("{p}_h{head}");
+            let scores = f.matmul(&format!("{hp}_scores"), q_heads[head], kg, true, false)?;
+            let masked = f.add(&format!("{hp}_masked"), scores, mask)?;
+            let row_max = f.reduce_max(&format!("{hp}_row_max"), masked, &[-1], true)?;
+            let shifted = f.sub(&format!("{hp}_shifted"), masked, row_max)?;
+            let probs = f.softmax(&format!("{hp}_probs"), shifted, -1)?;
+            outputs.push(f.matmul(&format!("{hp}_attn"), vg, probs, false, true)?);
+        }
+    }
+    let attn = f.concat(&format!("{p}_attn_heads"), &outputs, 0)?;
+    let attn = f.reshape(&format!("{p}_attn"), attn, &[1, hq_i * d_i, 1, t_i])?;
+    let wo = w.o_proj.emit(f, &format!("{p}_o_proj_weight"))?;
+    let o = f.conv1x1(&format!("{p}_o_proj"), attn, wo, None)?;
+    let x = f.add(&format!("{p}_attn_residual"), x, o)?;
+
+    // SwiGLU MLP
+    let h = rms_norm(
+        f,
+        &format!("{p}_post_attention_norm"),
+        x,
+        1,
+        &w.post_attention_norm,
+        eps,
+        options.norm,
+    )?;
+    let wg = w.gate_proj.emit(f, &format!("{p}_gate_proj_weight"))?;
+    let wu = w.up_proj.emit(f, &format!("{p}_up_proj_weight"))?;
+    let wd = w.down_proj.emit(f, &format!("{p}_down_proj_weight"))?;
+    let gate = f.conv1x1(&format!("{p}_gate_proj"), h, wg, None)?;
+    let up = f.conv1x1(&format!("{p}_up_proj"), h, wu, None)?;
+    let act = f.silu(&format!("{p}_gate_act"), gate)?;
+    let prod = f.mul(&format!("{p}_swiglu"), act, up)?;
+    let down = f.conv1x1(&format!("{p}_down_proj"), prod, wd, None)?;
+    let residual_name = format!("{p}_mlp_residual");
+    Ok(f.add(out_name.unwrap_or(&residual_name), x, down)?)
+}
+
+/// The tensor type of a signature entry.
+impl TensorSignature {
+    pub fn tensor_type(&self) -> TensorType {
+        TensorType::new(self.dtype, self.shape.clone())
+    }
+}

@@ -1,0 +1,108 @@
+//! Reading a bundle back: the manifest (schema-checked) and the verification of every file's
+//! sha256 against it.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::Path;
+
+use super::manifest::{FileHash, Manifest, MANIFEST_FILE, SCHEMA_VERSION};
+use super::writer::io;
+use super::BundleError;
+
+/// Reads and schema-checks `dir/anemone.json`.
+pub fn read_manifest(dir: &Path) -> Result<Manifest, BundleError> {
+    let path = dir.join(MANIFEST_FILE);
+    let text = fs::read_to_string(&path).map_err(io(&path))?;
+    let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| BundleError::Json {
+        path: path.clone(),
+        source: e,
+    })?;
+    let version = value.get("schema_version").and_then(|v| v.as_u64());
+    if version != Some(SCHEMA_VERSION as u64) {
+        return Err(BundleError::Schema {
+            path,
+            problem: format!(
+                "schema_version {version:?}; this anemone reads version {SCHEMA_VERSION}"
+            ),
+        });
+    }
+    serde_json::from_value(value).map_err(|e| BundleError::Json { path, source: e })
+}
+
+/// The outcome of checking one file against the manifest.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct FileCheck {
+    pub path: String,
+    pub expected_sha256: Option<String>,
+    pub found_sha256: Option<String>,
+    pub ok: bool,
+}
+
+/// Hashes every file of the bundle and compares with the manifest: missing, changed and
+/// unlisted files all fail.
+pub fn verify_files(dir: &Path, manifest: &Manifest) -> Result<Vec<FileCheck>, BundleError> {
+    let mut found = BTreeMap::new();
+    hash_tree(dir, dir, &mut found)?;
+    let mut checks = Vec::new();
+    for (path, expected) in &manifest.files {
+        let got = found.get(path);
+        checks.push(FileCheck {
+            path: path.clone(),
+            expected_sha256: Some(expected.sha256.clone()),
+            found_sha256: got.map(|g| g.sha256.clone()),
+            ok: got == Some(expected),
+        });
+    }
+    for (path, got) in &found {
+        if !manifest.files.contains_key(path) {
+            checks.push(FileCheck {
+                path: path.clone(),
+                expected_sha256: None,
+                found_sha256: Some(got.sha256.clone()),
+                ok: false,
+            });
+        }
+    }
+    Ok(checks)
+}
+
+/// sha256 of every regular file under `dir` except the manifest, keyed by its `/`-separated
+/// path relative to `root`.
+pub(crate) fn hash_tree(
+    root: &Path,
+    dir: &Path,
+    out: &mut BTreeMap<String, FileHash>,
+) -> Result<(), BundleError> {
+    let mut entries: Vec<_> = fs::read_dir(dir)
+        .map_err(io(dir))?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<Result<_, _>>()
+        .map_err(io(dir))?;
+    entries.sort();
+    for path in entries {
+        let meta = fs::symlink_metadata(&path).map_err(io(&path))?;
+        if meta.is_dir() {
+            hash_tree(root, &path, out)?;
+        } else if meta.is_file() {
+            let rel = path
+                .strip_prefix(root)
+                .unwrap_or(&path)
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .collect::<Vec<_>>()
+                .join("/");
+            if rel == MANIFEST_FILE {
+                continue;
+            }
+            let h = anemone_checkpoint::hash_file(&path)?;
+            out.insert(
+                rel,
+                FileHash {
+                    sha256: h.sha256,
+                    bytes: h.bytes,
+                },
+            );
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,344 @@
+//! Writes a bundle: host weights, tokenizer, one package per chunk (streamed one layer at a time),
+//! the optional LM-head package, and the manifest with every file's sha256. Everything goes into
+//! a temporary directory next to the destination, renamed into place at the end.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use anemone_checkpoint::Checkpoint;
+use anemone_mil::{write_package, WriteOptions};
+
+use super::host::write_host_file;
+use super::manifest::*;
+use super::read::hash_tree;
+use super::BundleError;
+use crate::ane::{
+    self, build_chunk_program, chunk_signature, plan_chunks, ChunkOptions, ChunkSizing,
+    FunctionSignature, LayerWeights, LmHeadPlacement, WeightCompressor,
+};
+
+/// Everything `anemone convert` decides.
+#[derive(Debug, Clone)]
+pub struct ConvertOptions {
+    pub chunk: ChunkOptions,
+    pub sizing: ChunkSizing,
+    pub lm_head: LmHeadPlacement,
+    /// Replace an existing bundle at the destination.
+    pub force: bool,
+}
+
+impl Default for ConvertOptions {
+    fn default() -> Self {
+        ConvertOptions {
+            chunk: ChunkOptions::default(),
+            sizing: ChunkSizing::default(),
+            lm_head: LmHeadPlacement::Host,
+            force: false,
+        }
+    }
+}
+
+/// Progress of a conversion: `done` of `total` steps, with what is being done now.
+#[derive(Debug, Clone)]
+pub struct Progress {
+    pub done: usize,
+    pub total: usize,
+    pub message: String,
+}
+
+/// What a conversion wrote.
+#[derive(Debug, Clone)]
+pub struct ConvertSummary {
+    pub out: PathBuf,
+    pub manifest: Manifest,
+    /// Total bytes of the bundle's files.
+    pub total_bytes: u64,
+}
+
+/// Converts `checkpoint` into a bundle at `out`.
+pub fn convert(
+    checkpoint: &Checkpoint,
+    out: &Path,
+    options: &ConvertOptions,
+    compressor: &dyn WeightCompressor,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<ConvertSummary, BundleError> {
+    let config = &checkpoint.config;
+    check_supported(config)?;
+    options.chunk.validate(config.max_position_embeddings)?;
+    checkpoint.validate()?;
+    let plan = plan_chunks(config, options.sizing, options.chunk.precision)?;
+    if out.symlink_metadata().is_ok() && !options.force {
+        return Err(BundleError::Exists {
+            path: out.to_path_buf(),
+        });
+    }
+    let parent = match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let name = out.file_name().ok_or_else(|| BundleError::Layout {
+        path: out.to_path_buf(),
+        problem: "has no file name".into(),
+    })?;
+    fs::create_dir_all(&parent).map_err(io(&parent))?;
+    let tmp = parent.join(format!(
+        ".{}.tmp-{}",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    if tmp.exists() {
+        fs::remove_dir_all(&tmp).map_err(io(&tmp))?;
+    }
+    fs::create_dir_all(tmp.join(CHUNKS_DIR)).map_err(io(&tmp))?;
+    let written = write_bundle(checkpoint, &tmp, &plan, options, compressor, progress);
+    let manifest = match written {
+        Ok(m) => m,
+        Err(e) => {
+            let _ = fs::remove_dir_all(&tmp);
+            return Err(e);
+        }
+    };
+    if out.symlink_metadata().is_ok() {
+        let meta = out.symlink_metadata().map_err(io(out))?;
+        if meta.is_dir() {
+            fs::remove_dir_all(out).map_err(io(out))?;
+        } else {
+            fs::remove_file(out).map_err(io(out))?;
+        }
+    }
+    fs::rename(&tmp, out).map_err(io(out))?;
+    let total_bytes = manifest.files.values().map(|f| f.bytes).sum();
+    Ok(ConvertSummary {
+        out: out.to_path_buf(),
+        manifest,
+        total_bytes,
+    })
+}
+
+fn check_supported(config: &anemone_checkpoint::DecoderConfig) -> Result<(), BundleError> {
+    let bad = |problem: String| Err(ane::AneError::Unsupported { problem }.into());
+    if config.num_attention_heads == 0
+        || config.num_key_value_heads == 0
+        || config.num_attention_heads % config.num_key_value_heads != 0
+    {
+        return bad(format!(
+            "{} attention heads are not a multiple of {} key/value heads",
+            config.num_attention_heads, config.num_key_value_heads
+        ));
+    }
+    if config.head_dim == 0 || config.head_dim % 2 != 0 {
+        return bad(format!(
+            "head_dim {} must be positive and even (RoPE rotates halves)",
+            config.head_dim
+        ));
+    }
+    if config.num_hidden_layers == 0 {
+        return bad("the model has no layers".into());
+    }
+    for (what, d) in [
+        ("hidden_size", config.hidden_size),
+        ("intermediate_size", config.intermediate_size),
+        ("q_dim", config.q_dim()),
+    ] {
+        if d > ane::options::MAX_ANE_DIM {
+            return bad(format!(
+                "{what} {d} exceeds {} (not split yet)",
+                ane::options::MAX_ANE_DIM
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn write_bundle(
+    checkpoint: &Checkpoint,
+    dir: &Path,
+    plan: &[std::ops::Range<usize>],
+    options: &ConvertOptions,
+    compressor: &dyn WeightCompressor,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Manifest, BundleError> {
+    let config = &checkpoint.config;
+    let copts = &options.chunk;
+    let lm_package = options.lm_head == LmHeadPlacement::Package;
+    let total = 2 + config.num_hidden_layers + usize::from(lm_package);
+    let mut done = 0;
+    let mut step = |done: &mut usize, message: String| {
+        progress(Progress {
+            done: *done,
+            total,
+            message,
+        });
+        *done += 1;
+    };
+
+    step(&mut done, "host weights".into());
+    let host = write_host_file(
+        checkpoint,
+        &dir.join(HOST_FILE),
+        copts.precision,
+        !lm_package,
+    )?;
+
+    step(&mut done, "tokenizer".into());
+    let tokenizer = write_tokenizer(checkpoint, dir)?;
+
+    let mut chunks = Vec::with_capacity(plan.len());
+    for (index, range) in plan.iter().enumerate() {
+        let mut layers = Vec::with_capacity(range.len());
+        for layer in range.clone() {
+            step(&mut done, format!("chunk {index}: layer {layer}"));
+            layers.push(LayerWeights::load(
+                checkpoint,
+                layer,
+                copts.precision,
+                compressor,
+            )?);
+        }
+        let program = build_chunk_program(config, copts, &layers)?;
+        drop(layers);
+        let rel = format!("{CHUNKS_DIR}/chunk-{index:02}.mlpackage");
+        let summary = write_package(&program, &dir.join(&rel), &WriteOptions::default())?;
+        let functions = program
+            .functions()
+            .iter()
+            .map(|f| {
+                let t = if f.name() == ane::names::DECODE {
+                    1
+                } else {
+                    copts.prefill_len
+                };
+                let described = chunk_signature(config, copts, range.len(), f.name(), t);
+                FunctionSignature::of_function(f, Some(&described))
+            })
+            .collect();
+        tracing::info!(chunk = index, layers = ?range, weight_bytes = summary.weight_bytes, "chunk written");
+        chunks.push(ChunkEntry {
+            index,
+            path: rel,
+            first_layer: range.start,
+            layer_count: range.len(),
+            functions,
+            weight_bytes: summary.weight_bytes,
+        });
+    }
+
+    let lm_head = if lm_package {
+        step(&mut done, "LM head".into());
+        let program = ane::lm_head::build_lm_head_program(checkpoint, copts)?;
+        let rel = "lm_head.mlpackage".to_string();
+        let summary = write_package(&program, &dir.join(&rel), &WriteOptions::default())?;
+        Some(LmHeadEntry {
+            path: rel,
+            functions: program
+                .functions()
+                .iter()
+                .map(|f| FunctionSignature::of_function(f, None))
+                .collect(),
+            vocab_slices: ane::lm_head::vocab_slices(config.vocab_size),
+            weight_bytes: summary.weight_bytes,
+        })
+    } else {
+        None
+    };
+    progress(Progress {
+        done: total,
+        total,
+        message: "hashing".into(),
+    });
+
+    let mut files = BTreeMap::new();
+    hash_tree(dir, dir, &mut files)?;
+    let manifest = Manifest {
+        schema_version: SCHEMA_VERSION,
+        tool: ToolInfo {
+            name: "anemone".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+        },
+        architecture: config.architecture,
+        config: config.clone(),
+        conversion: Conversion {
+            spec_version: anemone_mil::SpecVersion::V9.number(),
+            opset: anemone_mil::SpecVersion::V9.opset().into(),
+            context: copts.context,
+            prefill_len: copts.prefill_len,
+            precision: copts.precision,
+            norm: copts.norm,
+            state_layout: copts.state_layout,
+            chunk_sizing: options.sizing,
+            lm_head: options.lm_head,
+            state_head_dim: ChunkOptions::padded_head_dim(config.head_dim),
+            mask_value: ane::options::MASK_NEG,
+        },
+        chunks,
+        lm_head,
+        host,
+        tokenizer,
+        provenance: checkpoint.provenance()?,
+        files,
+    };
+    let path = dir.join(MANIFEST_FILE);
+    let mut text = serde_json::to_string_pretty(&manifest).map_err(|e| BundleError::Json {
+        path: path.clone(),
+        source: e,
+    })?;
+    text.push('\n');
+    fs::write(&path, text).map_err(io(&path))?;
+    Ok(manifest)
+}
+
+fn write_tokenizer(
+    checkpoint: &Checkpoint,
+    dir: &Path,
+) -> Result<Option<TokenizerEntry>, BundleError> {
+    let Some(tok) = &checkpoint.tokenizer else {
+        return Ok(None);
+    };
+    let json = tok
+        .tokenizer
+        .to_string(false)
+        .map_err(|e| BundleError::Tokenizer {
+            problem: format!("cannot serialize the tokenizer: {e}"),
+        })?;
+    let path = dir.join(TOKENIZER_FILE);
+    fs::write(&path, json).map_err(io(&path))?;
+    let chat_template_path = match &tok.chat_template {
+        Some(t) => {
+            let p = dir.join(CHAT_TEMPLATE_FILE);
+            fs::write(&p, t).map_err(io(&p))?;
+            Some(CHAT_TEMPLATE_FILE.to_string())
+        }
+        None => None,
+    };
+    let bos_token_id = checkpoint.config.bos_token_id.or_else(|| {
+        tok.bos_token
+            .as_deref()
+            .and_then(|t| tok.tokenizer.token_to_id(t))
+    });
+    let mut eos_token_ids = checkpoint.config.eos_token_ids.clone();
+    if let Some(id) = tok
+        .eos_token
+        .as_deref()
+        .and_then(|t| tok.tokenizer.token_to_id(t))
+    {
+        if !eos_token_ids.contains(&id) {
+            eos_token_ids.push(id);
+        }
+    }
+    Ok(Some(TokenizerEntry {
+        path: TOKENIZER_FILE.into(),
+        chat_template_path,
+        bos_token: tok.bos_token.clone(),
+        eos_token: tok.eos_token.clone(),
+        bos_token_id,
+        eos_token_ids,
+        add_bos: tok.add_bos,
+    }))
+}
+
+pub(crate) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> BundleError {
+    let path = path.to_path_buf();
+    move |source| BundleError::Io { path, source }
+}
