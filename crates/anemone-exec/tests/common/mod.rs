@@ -1,0 +1,128 @@
+//! Shared test helpers: build → write to disk → load → run, and named tolerance tiers.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+
+use anemone_exec::{LoadedPackage, Precision, State, Tensor};
+use anemone_mil::{write_package, Function, Program, SpecVersion, WriteOptions};
+
+/// Bit-for-bit equality (data movement, decompression, fp16 rounding).
+pub const EXACT: f32 = 0.0;
+/// f32 results of short sums against an f64 reference (relative to max(1, |want|)).
+pub const F32_SUM: f32 = 1e-5;
+/// f32 transcendental functions (exp, tanh, erf) against f64.
+pub const F32_TRANSCENDENTAL: f32 = 2e-6;
+/// One fp16 rounding of a value of magnitude ≤ 1 (half an fp16 ulp at 1 is 2^-11).
+pub const F16_ONE_ROUNDING: f32 = 4.9e-4;
+
+/// A temporary package holding `functions`, loaded in `precision`.
+pub struct Loaded {
+    pub package: LoadedPackage,
+    _dir: tempfile::TempDir,
+}
+
+pub fn load(functions: Vec<Function>, precision: Precision) -> Loaded {
+    let mut program = Program::new(SpecVersion::V9);
+    for f in functions {
+        program.add_function(f).expect("function verifies");
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("test.mlpackage");
+    write_package(&program, &path, &WriteOptions::default()).expect("package writes");
+    Loaded {
+        package: LoadedPackage::load(&path, precision).expect("package loads"),
+        _dir: dir,
+    }
+}
+
+pub fn inputs(list: Vec<(&str, Tensor)>) -> HashMap<String, Tensor> {
+    list.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+}
+
+/// Runs a one-function program once (fresh state) and returns its outputs.
+pub fn run(
+    f: Function,
+    list: Vec<(&str, Tensor)>,
+    precision: Precision,
+) -> HashMap<String, Tensor> {
+    let name = f.name().to_string();
+    let loaded = load(vec![f], precision);
+    let mut state: State = loaded.package.new_state(&name).expect("state");
+    loaded
+        .package
+        .predict(&name, &inputs(list), &mut state)
+        .expect("predict")
+}
+
+/// Asserts |got - want| ≤ tol · max(1, |want|) elementwise (inf/NaN must match exactly),
+/// naming the worst element.
+pub fn assert_close(what: &str, got: &[f32], want: &[f32], tol: f32) {
+    assert_eq!(
+        got.len(),
+        want.len(),
+        "{what}: length {} vs {}",
+        got.len(),
+        want.len()
+    );
+    let mut worst: Option<(usize, f32)> = None;
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        if !w.is_finite() || !g.is_finite() {
+            let same = (g.is_nan() && w.is_nan()) || g == w;
+            assert!(same, "{what}: element {i}: got {g}, want {w}");
+            continue;
+        }
+        let err = (g - w).abs() / w.abs().max(1.0);
+        if worst.is_none_or(|(_, e)| err > e) {
+            worst = Some((i, err));
+        }
+    }
+    if let Some((i, err)) = worst {
+        assert!(
+            err <= tol,
+            "{what}: worst element {i}: got {}, want {} (relative error {err:e} > {tol:e})",
+            got[i],
+            want[i]
+        );
+    }
+}
+
+/// Deterministic pseudo-random values in [-scale, scale) (xorshift; no shared RNG state).
+pub fn values(n: usize, seed: u64, scale: f32) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
+        })
+        .collect()
+}
+
+/// Row-major strides.
+pub fn strides(shape: &[usize]) -> Vec<usize> {
+    let mut s = vec![1; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1] * shape[i + 1];
+    }
+    s
+}
+
+/// Every multi-index of `shape` in row-major order.
+pub fn indices(shape: &[usize]) -> Vec<Vec<usize>> {
+    let n: usize = shape.iter().product();
+    (0..n)
+        .map(|mut flat| {
+            let mut idx = vec![0; shape.len()];
+            for a in (0..shape.len()).rev() {
+                idx[a] = flat % shape[a];
+                flat /= shape[a];
+            }
+            idx
+        })
+        .collect()
+}
+
+pub fn flat(idx: &[usize], shape: &[usize]) -> usize {
+    idx.iter().zip(strides(shape)).map(|(i, s)| i * s).sum()
+}
