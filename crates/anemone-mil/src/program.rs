@@ -103,6 +103,20 @@ impl Function {
         &self.value(v).name
     }
 
+    /// How many ops of each MIL type the function holds.
+    pub fn op_counts(&self) -> std::collections::BTreeMap<&'static str, usize> {
+        let mut counts = std::collections::BTreeMap::new();
+        for o in &self.operations {
+            *counts.entry(o.op.mil_type()).or_insert(0) += 1;
+        }
+        counts
+    }
+
+    /// The op that defines `v`, if it is not a function input.
+    pub fn producer(&self, v: Var) -> Option<&Operation> {
+        self.operations.iter().find(|o| o.outputs.contains(&v))
+    }
+
     /// Looks a value up by name.
     pub fn find_value(&self, name: &str) -> Option<Var> {
         self.values

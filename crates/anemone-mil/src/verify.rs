@@ -275,10 +275,13 @@ pub fn verify_program(p: &Program) -> Result<()> {
             }
         }
     }
-    if p.functions().len() > 1 && !p.spec.supports_ios18_features() {
+    if !p.spec.supports_ios18_features()
+        && (p.functions().len() > 1 || p.functions()[0].name() != "main")
+    {
         return Err(MilError::InvalidProgram {
             detail: format!(
-                "multi-function programs need spec version 9 or later (have {})",
+                "before spec version 9 a program has exactly one function, named `main` (have {} with spec {})",
+                p.functions().iter().map(|f| format!("`{}`", f.name())).collect::<Vec<_>>().join(", "),
                 p.spec.number()
             ),
         });

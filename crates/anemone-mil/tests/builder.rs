@@ -318,6 +318,20 @@ fn verifier_checks_outputs_and_program_rules() {
     let mut p = Program::new(SpecVersion::V9);
     p.add_function(f.clone()).unwrap();
     anemone_mil::verify_program(&p).unwrap();
+    let counts = f.op_counts();
+    assert_eq!(counts.get("read_state"), Some(&1));
+    assert_eq!(counts.get("exp"), Some(&1));
+    assert_eq!(f.producer(y).unwrap().name, "y");
+    assert!(f.producer(f.inputs()[0]).is_none());
+    // before spec 9 the single function must be `main`
+    let mut b = FunctionBuilder::new("decode");
+    let x = b.input("x", f16(&[2])).unwrap();
+    let e = b.exp("e", x).unwrap();
+    b.output(e).unwrap();
+    let mut old = Program::new(SpecVersion::V8);
+    old.add_function(b.finish().unwrap()).unwrap();
+    let msg = anemone_mil::verify_program(&old).unwrap_err().to_string();
+    assert!(msg.contains("named `main`"), "{msg}");
     assert!(
         p.add_function(f).is_err(),
         "duplicate function name accepted"
