@@ -1,7 +1,7 @@
 //! Core ML ML Program model: typed ops as a closed enum, a shape-checking builder, proto and
 //! weight.bin encoding, .mlpackage read/write and a MIL text printer.
 //!
-//! ```no_run
+//! ```
 //! use anemone_mil::{DType, FunctionBuilder, Program, SpecVersion, TensorData, TensorType, WriteOptions};
 //!
 //! # fn main() -> Result<(), anemone_mil::MilError> {
@@ -25,8 +25,10 @@
 //! let mut program = Program::new(SpecVersion::V9); // opset CoreML8
 //! program.add_function(f.finish()?)?; // the verifier runs here and before every write
 //! print!("{}", anemone_mil::print_program(&program));
-//! anemone_mil::write_package(&program, "model.mlpackage".as_ref(), &WriteOptions::default())?;
-//! let back = anemone_mil::read_package("model.mlpackage".as_ref())?;
+//! # let dir = tempfile::tempdir().unwrap();
+//! # let path = dir.path().join("model.mlpackage");
+//! anemone_mil::write_package(&program, &path, &WriteOptions::default())?; // refuses to overwrite
+//! let back = anemone_mil::read_package(&path)?; // what the executor runs
 //! assert_eq!(back, program);
 //! # Ok(()) }
 //! ```
