@@ -44,9 +44,8 @@ pub fn run(
         t.push(x.clone());
     }
 
-    let angles: Vec<(Vec<f32>, Vec<f32>)> = (0..s)
-        .map(|i| rope.cos_sin(first_position + i))
-        .collect();
+    let angles: Vec<(Vec<f32>, Vec<f32>)> =
+        (0..s).map(|i| rope.cos_sin(first_position + i)).collect();
     for (index, layer) in weights.layers.iter().enumerate() {
         attention_block(config, layer, index, cache, &angles, &mut x, eps);
         mlp_block(config, layer, &mut x, eps);
@@ -156,7 +155,10 @@ fn mlp_block(config: &DecoderConfig, layer: &LayerWeights, x: &mut [f32], eps: f
     let mut gate_up = vec![0f32; s * 2 * inter];
     matmul_t(&normed, &layer.gate_up, &mut gate_up, s, h, 2 * inter);
     let mut act = vec![0f32; s * inter];
-    for (out, gu) in act.chunks_exact_mut(inter).zip(gate_up.chunks_exact(2 * inter)) {
+    for (out, gu) in act
+        .chunks_exact_mut(inter)
+        .zip(gate_up.chunks_exact(2 * inter))
+    {
         let (gate, up) = gu.split_at(inter);
         for ((o, g), u) in out.iter_mut().zip(gate).zip(up) {
             *o = silu(*g) * u;

@@ -205,10 +205,7 @@ impl ReferenceModel {
                 context_len: self.context_len,
             });
         }
-        if let Some(&token) = ids
-            .iter()
-            .find(|&&t| t as usize >= self.config.vocab_size)
-        {
+        if let Some(&token) = ids.iter().find(|&&t| t as usize >= self.config.vocab_size) {
             return Err(ForwardError::TokenOutOfRange {
                 token,
                 vocab_size: self.config.vocab_size,

@@ -1,0 +1,283 @@
+//! The real proof the chunk graph is right: bundles written to disk, run by the MIL executor
+//! (`anemone-exec`), chained chunk after chunk through a padded prefill window and several decode
+//! steps, against the fp32 reference forward's residual stream after every chunk.
+
+mod common_convert;
+
+use std::collections::HashMap;
+
+use anemone_checkpoint::Checkpoint;
+use anemone_exec::{LoadedPackage, Tensor};
+use anemone_models::ane::io::{causal_mask, rope_tables};
+use anemone_models::ane::{
+    names, ChunkOptions, ChunkSizing, LmHeadPlacement, NormForm, Precision, StateLayout,
+    Uncompressed,
+};
+use anemone_models::bundle::{convert, ConvertOptions, Manifest};
+use anemone_models::reference::{ReferenceModel, ReferenceOptions};
+use common_convert::oracle_fixture;
+
+const CONTEXT: usize = 32;
+const PREFILL: usize = 8;
+
+/// Named tolerance tiers: (minimum cosine, maximum |error| relative to max |reference|).
+/// fp32 compute keeps K/V in an fp16 state (Core ML states are fp16), so it is not bit-exact.
+const TIER_FP32_GRAPH: (f64, f64) = (0.999_999, 2e-3);
+/// fp16 arithmetic everywhere (executor rounding every op output like the ANE).
+const TIER_FP16_GRAPH: (f64, f64) = (0.9999, 1e-2);
+
+/// `[positions, hidden]` row-major ↔ `[1, hidden, 1, positions]`.
+fn to_bc1s(rows: &[f32], hidden: usize, t: usize) -> Vec<f32> {
+    let mut out = vec![0f32; hidden * t];
+    for p in 0..rows.len() / hidden {
+        for c in 0..hidden {
+            out[c * t + p] = rows[p * hidden + c];
+        }
+    }
+    out
+}
+
+fn from_bc1s(x: &[f32], hidden: usize, t: usize, keep: usize) -> Vec<f32> {
+    let mut out = vec![0f32; keep * hidden];
+    for p in 0..keep {
+        for c in 0..hidden {
+            out[p * hidden + c] = x[c * t + p];
+        }
+    }
+    out
+}
+
+/// (cosine, max |a − b| / max |b|, index of the worst element).
+fn compare(got: &[f32], want: &[f32]) -> (f64, f64, usize) {
+    let (mut dot, mut ng, mut nw, mut worst, mut at, mut peak) = (0f64, 0f64, 0f64, 0f64, 0, 0f64);
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let (g, w) = (*g as f64, *w as f64);
+        dot += g * w;
+        ng += g * g;
+        nw += w * w;
+        peak = peak.max(w.abs());
+        if (g - w).abs() > worst || !g.is_finite() {
+            worst = if g.is_finite() {
+                (g - w).abs()
+            } else {
+                f64::INFINITY
+            };
+            at = i;
+        }
+    }
+    (dot / (ng.sqrt() * nw.sqrt()), worst / peak.max(1e-30), at)
+}
+
+struct Run<'a> {
+    manifest: &'a Manifest,
+    packages: Vec<LoadedPackage>,
+    states: Vec<anemone_exec::State>,
+}
+
+impl Run<'_> {
+    /// Runs `function` over every chunk for `t` positions starting at `first`; returns the input
+    /// hidden of each chunk boundary (`[1, hidden, 1, t]`): index i = output of chunk i - 1.
+    fn step(&mut self, function: &str, x: Vec<f32>, first: usize, t: usize) -> Vec<Vec<f32>> {
+        let c = &self.manifest.config;
+        let dtype = self.manifest.conversion.precision.dtype();
+        let positions: Vec<usize> = (first..first + t).collect();
+        let (cos, sin) = rope_tables(c, &positions);
+        let d = c.head_dim;
+        let mut inputs = HashMap::new();
+        inputs.insert(
+            names::COS.to_string(),
+            Tensor::new(dtype, vec![1, 1, d, t], cos).unwrap(),
+        );
+        inputs.insert(
+            names::SIN.to_string(),
+            Tensor::new(dtype, vec![1, 1, d, t], sin).unwrap(),
+        );
+        let mask = causal_mask(CONTEXT, first, t);
+        inputs.insert(
+            names::MASK.to_string(),
+            Tensor::new(dtype, vec![1, 1, t, CONTEXT], mask).unwrap(),
+        );
+        inputs.insert(
+            names::POSITION.to_string(),
+            Tensor::i32(vec![1], &[first as i32]).unwrap(),
+        );
+        let mut boundary = vec![x];
+        for (pkg, state) in self.packages.iter().zip(&mut self.states) {
+            let hidden = boundary.last().unwrap().clone();
+            inputs.insert(
+                names::HIDDEN_IN.to_string(),
+                Tensor::new(dtype, vec![1, c.hidden_size, 1, t], hidden).unwrap(),
+            );
+            let out = pkg.predict(function, &inputs, state).unwrap();
+            boundary.push(out[names::HIDDEN_OUT].data.clone());
+        }
+        boundary
+    }
+}
+
+/// Converts `fixture`, then feeds `prompt` (padded to one prefill window) and decodes the rest
+/// of `ids` one at a time, comparing every chunk boundary with the reference.
+fn check_against_reference(
+    fixture: &str,
+    precision: Precision,
+    norm: NormForm,
+    layout: StateLayout,
+    per_chunk: usize,
+    tier: (f64, f64),
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("bundle");
+    let ckpt = Checkpoint::open(oracle_fixture(fixture)).unwrap();
+    let opts = ConvertOptions {
+        chunk: ChunkOptions {
+            context: CONTEXT,
+            prefill_len: PREFILL,
+            precision,
+            norm,
+            state_layout: layout,
+        },
+        sizing: ChunkSizing::LayersPerChunk(per_chunk),
+        lm_head: LmHeadPlacement::Host,
+        force: false,
+    };
+    let manifest = convert(&ckpt, &out, &opts, &Uncompressed, &mut |_| {})
+        .unwrap()
+        .manifest;
+    let exec_precision = match precision {
+        Precision::Fp16 => anemone_exec::Precision::Fp16,
+        Precision::Fp32 => anemone_exec::Precision::Fp32,
+    };
+    let packages: Vec<LoadedPackage> = manifest
+        .chunks
+        .iter()
+        .map(|c| LoadedPackage::load(&out.join(&c.path), exec_precision).unwrap())
+        .collect();
+    let states = packages
+        .iter()
+        .map(|p| p.new_state(names::DECODE).unwrap())
+        .collect();
+    let mut run = Run {
+        manifest: &manifest,
+        packages,
+        states,
+    };
+
+    let c = &manifest.config;
+    let h = c.hidden_size;
+    let vocab = c.vocab_size as u32;
+    let ids: Vec<u32> = (0..11).map(|i| (i * 37 + 5) % vocab).collect();
+    let prompt = 5; // < PREFILL: the window is padded and the pad rows' K/V are overwritten later
+    let mut reference = ReferenceModel::load(
+        &ckpt,
+        &ReferenceOptions {
+            threads: Some(1),
+            context_len: Some(CONTEXT),
+        },
+    )
+    .unwrap();
+
+    let check = |what: &str, got: &[Vec<f32>], want: &[Vec<f32>], t: usize, keep: usize| {
+        for chunk in &manifest.chunks {
+            let boundary = chunk.index + 1;
+            let layer = chunk.first_layer + chunk.layer_count;
+            let g = from_bc1s(&got[boundary], h, t, keep);
+            let (cos, rel, at) = compare(&g, &want[layer]);
+            assert!(
+                cos >= tier.0 && rel <= tier.1,
+                "{fixture} {precision:?} {norm:?} {layout:?} x{per_chunk} {what}: chunk {} (after layer {}) \
+                 cosine {cos:.7}, max rel error {rel:.2e} at element {at} (position {}, channel {}): got {} want {}",
+                chunk.index, layer - 1, at / h, at % h, g[at], want[layer][at]
+            );
+        }
+    };
+
+    let trace = reference.forward_traced(&ids[..prompt]).unwrap();
+    let mut x = to_bc1s(&trace.hidden_states[0], h, PREFILL);
+    x.iter_mut()
+        .enumerate()
+        .filter(|(i, _)| i % PREFILL >= prompt)
+        .for_each(|(_, v)| *v = 0.0);
+    let got = run.step(names::PREFILL, x, 0, PREFILL);
+    check("prefill", &got, &trace.hidden_states, PREFILL, prompt);
+    for (pos, id) in ids.iter().enumerate().skip(prompt) {
+        let trace = reference.forward_traced(&[*id]).unwrap();
+        let got = run.step(names::DECODE, trace.hidden_states[0].clone(), pos, 1);
+        check(
+            &format!("decode at {pos}"),
+            &got,
+            &trace.hidden_states,
+            1,
+            1,
+        );
+    }
+}
+
+#[test]
+fn fp32_chunks_match_the_reference_for_every_architecture_and_layout() {
+    for fixture in [
+        "llama_gqa4",
+        "qwen2_mha",
+        "qwen2_gqa3_tied",
+        "qwen3_gqa4",
+        "qwen3_gqa2_headdim24",
+    ] {
+        for (layout, per) in [
+            (StateLayout::Unified, 1),
+            (StateLayout::Unified, 2),
+            (StateLayout::Split, 2),
+        ] {
+            check_against_reference(
+                fixture,
+                Precision::Fp32,
+                NormForm::LayernormTrick,
+                layout,
+                per,
+                TIER_FP32_GRAPH,
+            );
+        }
+    }
+}
+
+#[test]
+fn every_norm_form_matches_the_reference() {
+    for norm in [
+        NormForm::Naive,
+        NormForm::MaxScaled,
+        NormForm::LayernormTrick,
+    ] {
+        check_against_reference(
+            "qwen3_gqa4",
+            Precision::Fp32,
+            norm,
+            StateLayout::Unified,
+            1,
+            TIER_FP32_GRAPH,
+        );
+    }
+}
+
+#[test]
+fn fp16_chunks_stay_close_to_the_reference() {
+    for norm in [
+        NormForm::Naive,
+        NormForm::MaxScaled,
+        NormForm::LayernormTrick,
+    ] {
+        check_against_reference(
+            "qwen3_gqa4",
+            Precision::Fp16,
+            norm,
+            StateLayout::Unified,
+            2,
+            TIER_FP16_GRAPH,
+        );
+        check_against_reference(
+            "llama_gqa4",
+            Precision::Fp16,
+            norm,
+            StateLayout::Split,
+            1,
+            TIER_FP16_GRAPH,
+        );
+    }
+}
