@@ -126,3 +126,7 @@ pub fn indices(shape: &[usize]) -> Vec<Vec<usize>> {
 pub fn flat(idx: &[usize], shape: &[usize]) -> usize {
     idx.iter().zip(strides(shape)).map(|(i, s)| i * s).sum()
 }
+
+/// An fp16-rounded sum compared with the f64 sum rounded to fp16: f32 accumulation may land
+/// on the other side of a rounding boundary, one fp16 ulp (2^-10 relative) at most.
+pub const F16_ROUNDED_SUM: f32 = 9.8e-4 * 4.0;
