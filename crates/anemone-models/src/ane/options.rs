@@ -177,3 +177,48 @@ impl ChunkOptions {
         head_dim.div_ceil(STATE_ALIGN) * STATE_ALIGN
     }
 }
+
+macro_rules! parse_by_name {
+    ($ty:ty, $what:literal, [$($v:expr),+]) => {
+        impl std::str::FromStr for $ty {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, String> {
+                let all = [$($v),+];
+                all.iter().copied().find(|v| v.name() == s).ok_or_else(|| {
+                    let names: Vec<&str> = all.iter().map(|v| v.name()).collect();
+                    format!("unknown {} `{s}` (one of: {})", $what, names.join(", "))
+                })
+            }
+        }
+    };
+}
+
+parse_by_name!(Precision, "precision", [Precision::Fp16, Precision::Fp32]);
+parse_by_name!(
+    NormForm,
+    "norm form",
+    [
+        NormForm::Naive,
+        NormForm::LayernormTrick,
+        NormForm::MaxScaled
+    ]
+);
+parse_by_name!(
+    StateLayout,
+    "state layout",
+    [StateLayout::Unified, StateLayout::Split]
+);
+parse_by_name!(
+    LmHeadPlacement,
+    "LM head placement",
+    [LmHeadPlacement::Host, LmHeadPlacement::Package]
+);
+
+impl LmHeadPlacement {
+    pub fn name(self) -> &'static str {
+        match self {
+            LmHeadPlacement::Host => "host",
+            LmHeadPlacement::Package => "package",
+        }
+    }
+}

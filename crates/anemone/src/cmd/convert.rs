@@ -1,0 +1,150 @@
+//! `anemone convert`: a checkpoint to a bundle of ANE-shaped, layer-chunked, stateful Core ML
+//! packages plus host weights, tokenizer and manifest.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anemone_checkpoint::Checkpoint;
+use anemone_models::ane::{
+    ChunkOptions, ChunkSizing, LmHeadPlacement, NormForm, Precision, StateLayout, Uncompressed,
+};
+use anemone_models::bundle::{convert, ConvertOptions};
+use anyhow::{Context, Result};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+
+/// Convert a checkpoint into a bundle of Core ML packages for the Neural Engine.
+///
+/// The bundle holds anemone.json (manifest with provenance and file hashes), host.safetensors
+/// (embedding, final norm, LM head unless packaged), tokenizer.json + chat template, and
+/// chunks/chunk-XX.mlpackage (decode and prefill functions sharing weights, KV cache in state).
+/// It is written to a temporary directory and renamed into place; identical inputs give
+/// identical bytes.
+///
+/// Examples:
+///   anemone convert models/smollm2-135m-instruct.Q4_1.gguf --out smollm2.bundle
+///   anemone convert ./qwen3-dir --out q3.bundle --layers-per-chunk 4 --state-layout split
+///   anemone convert ./model --out m.bundle --precision fp32 --lm-head package --force --json
+#[derive(Debug, Args)]
+#[command(verbatim_doc_comment)]
+pub struct ConvertArgs {
+    /// A Hugging Face checkpoint directory (config.json + safetensors) or a .gguf file.
+    pub model: PathBuf,
+
+    /// Directory to write the bundle to (refused if it exists, unless --force).
+    #[arg(long)]
+    pub out: PathBuf,
+
+    /// Decoder layers per chunk package (1 = the layout proven on the ANE).
+    #[arg(long, conflicts_with = "chunk_size_mb")]
+    pub layers_per_chunk: Option<usize>,
+
+    /// Instead of --layers-per-chunk: as many layers per chunk as fit in S MiB of weights.
+    #[arg(long, value_name = "S")]
+    pub chunk_size_mb: Option<usize>,
+
+    /// Tokens the KV cache holds (a multiple of 32).
+    #[arg(long, default_value_t = 512)]
+    pub context: usize,
+
+    /// Tokens per prefill call.
+    #[arg(long, default_value_t = 64)]
+    pub prefill_len: usize,
+
+    /// Compute and weight precision: fp16 (ANE) or fp32 (CPU/GPU only; exact checks).
+    #[arg(long, default_value = "fp16")]
+    pub precision: Precision,
+
+    /// RMSNorm form: naive, layernorm-trick or max-scaled.
+    #[arg(long, default_value = "layernorm-trick")]
+    pub norm: NormForm,
+
+    /// KV state layout of multi-layer chunks: unified (one state) or split (k and v states).
+    #[arg(long, default_value = "unified")]
+    pub state_layout: StateLayout,
+
+    /// Where the final norm + LM head run: host (host.safetensors) or package.
+    #[arg(long, default_value = "host")]
+    pub lm_head: LmHeadPlacement,
+
+    /// Replace an existing bundle at --out.
+    #[arg(long)]
+    pub force: bool,
+
+    /// Print a JSON summary on stdout instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(args: ConvertArgs) -> Result<()> {
+    let started = Instant::now();
+    let checkpoint = Checkpoint::open(&args.model)
+        .with_context(|| format!("cannot open checkpoint {}", args.model.display()))?;
+    let sizing = match (args.layers_per_chunk, args.chunk_size_mb) {
+        (_, Some(mb)) => ChunkSizing::MaxMegabytes(mb),
+        (n, None) => ChunkSizing::LayersPerChunk(n.unwrap_or(1)),
+    };
+    let options = ConvertOptions {
+        chunk: ChunkOptions {
+            context: args.context,
+            prefill_len: args.prefill_len,
+            precision: args.precision,
+            norm: args.norm,
+            state_layout: args.state_layout,
+        },
+        sizing,
+        lm_head: args.lm_head,
+        force: args.force,
+    };
+    let bar = ProgressBar::new(1);
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} {msg}")
+            .expect("progress template is valid"),
+    );
+    let summary = convert(&checkpoint, &args.out, &options, &Uncompressed, &mut |p| {
+        bar.set_length(p.total as u64);
+        bar.set_position(p.done as u64);
+        bar.set_message(p.message);
+    });
+    bar.finish_and_clear();
+    let summary = summary.with_context(|| format!("converting {}", args.model.display()))?;
+    let seconds = started.elapsed().as_secs_f64();
+    let m = &summary.manifest;
+    if args.json {
+        let report = serde_json::json!({
+            "out": summary.out,
+            "architecture": m.architecture,
+            "layers": m.config.num_hidden_layers,
+            "chunks": m.chunks.iter().map(|c| serde_json::json!({
+                "path": c.path, "first_layer": c.first_layer, "layer_count": c.layer_count,
+                "weight_bytes": c.weight_bytes,
+            })).collect::<Vec<_>>(),
+            "lm_head": m.lm_head.as_ref().map(|l| &l.path),
+            "files": m.files.len(),
+            "total_bytes": summary.total_bytes,
+            "seconds": seconds,
+        });
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!(
+            "wrote {} ({} {} layers in {} chunk(s), {} files, {:.1} MB) in {seconds:.2} s",
+            summary.out.display(),
+            m.architecture.name(),
+            m.config.num_hidden_layers,
+            m.chunks.len(),
+            m.files.len(),
+            summary.total_bytes as f64 / 1e6,
+        );
+        let c = &m.conversion;
+        println!(
+            "  context {}, prefill {}, {}, norm {}, state {}, lm head {}",
+            c.context,
+            c.prefill_len,
+            c.precision.name(),
+            c.norm.name(),
+            c.state_layout.name(),
+            c.lm_head.name()
+        );
+    }
+    Ok(())
+}
