@@ -1,5 +1,56 @@
 //! The `anemone` binary: one module per verb; `anyhow` at this edge only.
 
-fn main() {
-    println!("anemone");
+mod cmd;
+
+use clap::{ArgAction, Parser, Subcommand};
+use std::process::ExitCode;
+
+/// Transformer checkpoints to the Apple Neural Engine through Core ML, proven on any machine.
+#[derive(Debug, Parser)]
+#[command(name = "anemone", version, propagate_version = true)]
+struct Cli {
+    /// More log output on stderr: -v info, -vv debug, -vvv trace (RUST_LOG overrides).
+    #[arg(short, long, action = ArgAction::Count, global = true)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    Generate(cmd::generate::GenerateArgs),
+    Convert(cmd::convert::ConvertArgs),
+    Inspect(cmd::inspect::InspectArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.verbose);
+    let result = match cli.command {
+        Command::Generate(args) => cmd::generate::run(args),
+        Command::Convert(args) => cmd::convert::run(args),
+        Command::Inspect(args) => cmd::inspect::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(verbose: u8) {
+    use tracing_subscriber::EnvFilter;
+    let default = match verbose {
+        0 => "warn",
+        1 => "info",
+        2 => "debug",
+        _ => "trace",
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
 }
