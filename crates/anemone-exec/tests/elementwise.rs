@@ -6,7 +6,12 @@ use anemone_exec::{Precision, Tensor};
 use anemone_mil::{BinaryOp, DType, FunctionBuilder, GeluMode, TensorType, UnaryOp};
 use common::*;
 
-fn binary_program(kind: BinaryOp, dtype: DType, xs: &[usize], ys: &[usize]) -> anemone_mil::Function {
+fn binary_program(
+    kind: BinaryOp,
+    dtype: DType,
+    xs: &[usize],
+    ys: &[usize],
+) -> anemone_mil::Function {
     let mut f = FunctionBuilder::new("main");
     let x = f.input("x", TensorType::new(dtype, xs.to_vec())).unwrap();
     let y = f.input("y", TensorType::new(dtype, ys.to_vec())).unwrap();
@@ -16,16 +21,34 @@ fn binary_program(kind: BinaryOp, dtype: DType, xs: &[usize], ys: &[usize]) -> a
 }
 
 /// numpy broadcasting by index arithmetic, independent of the executor's stride walk.
-fn naive_broadcast(x: &[f32], xs: &[usize], y: &[f32], ys: &[usize], f: impl Fn(f64, f64) -> f64) -> (Vec<usize>, Vec<f32>) {
+fn naive_broadcast(
+    x: &[f32],
+    xs: &[usize],
+    y: &[f32],
+    ys: &[usize],
+    f: impl Fn(f64, f64) -> f64,
+) -> (Vec<usize>, Vec<f32>) {
     let rank = xs.len().max(ys.len());
-    let pad = |s: &[usize]| -> Vec<usize> { std::iter::repeat_n(1, rank - s.len()).chain(s.iter().copied()).collect() };
+    let pad = |s: &[usize]| -> Vec<usize> {
+        std::iter::repeat_n(1, rank - s.len())
+            .chain(s.iter().copied())
+            .collect()
+    };
     let (px, py) = (pad(xs), pad(ys));
     let out: Vec<usize> = px.iter().zip(&py).map(|(a, b)| *a.max(b)).collect();
     let data = indices(&out)
         .iter()
         .map(|idx| {
-            let ix: Vec<usize> = idx.iter().zip(&px).map(|(i, d)| if *d == 1 { 0 } else { *i }).collect();
-            let iy: Vec<usize> = idx.iter().zip(&py).map(|(i, d)| if *d == 1 { 0 } else { *i }).collect();
+            let ix: Vec<usize> = idx
+                .iter()
+                .zip(&px)
+                .map(|(i, d)| if *d == 1 { 0 } else { *i })
+                .collect();
+            let iy: Vec<usize> = idx
+                .iter()
+                .zip(&py)
+                .map(|(i, d)| if *d == 1 { 0 } else { *i })
+                .collect();
             f(x[flat(&ix, &px)] as f64, y[flat(&iy, &py)] as f64) as f32
         })
         .collect();
@@ -62,11 +85,19 @@ fn binary_ops_broadcast_like_numpy() {
             let (out_shape, want) = naive_broadcast(&x, xs, &y, ys, reference);
             let out = run(
                 binary_program(kind, DType::F32, xs, ys),
-                vec![("x", Tensor::f32(xs.to_vec(), x).unwrap()), ("y", Tensor::f32(ys.to_vec(), y).unwrap())],
+                vec![
+                    ("x", Tensor::f32(xs.to_vec(), x).unwrap()),
+                    ("y", Tensor::f32(ys.to_vec(), y).unwrap()),
+                ],
                 Precision::Fp32,
             );
             assert_eq!(out["z"].shape, out_shape, "{kind:?} {xs:?} {ys:?}");
-            assert_close(&format!("{kind:?} {xs:?}∘{ys:?}"), &out["z"].data, &want, F32_SUM);
+            assert_close(
+                &format!("{kind:?} {xs:?}∘{ys:?}"),
+                &out["z"].data,
+                &want,
+                F32_SUM,
+            );
         }
     }
 }
@@ -75,7 +106,10 @@ fn binary_ops_broadcast_like_numpy() {
 fn int32_arithmetic_is_exact() {
     let out = run(
         binary_program(BinaryOp::Add, DType::I32, &[4], &[1]),
-        vec![("x", Tensor::i32(vec![4], &[0, 5, -7, 1 << 20]).unwrap()), ("y", Tensor::i32(vec![1], &[3]).unwrap())],
+        vec![
+            ("x", Tensor::i32(vec![4], &[0, 5, -7, 1 << 20]).unwrap()),
+            ("y", Tensor::i32(vec![1], &[3]).unwrap()),
+        ],
         Precision::Fp16,
     );
     assert_eq!(out["z"].dtype, DType::I32);
@@ -99,10 +133,18 @@ fn unary_activations_match_formulas() {
     for kind in UnaryOp::ALL {
         let mut f = FunctionBuilder::new("main");
         let xin = f.input("x", TensorType::new(DType::F32, [64])).unwrap();
-        let src = if kind == UnaryOp::Sqrt { f.abs("a", xin).unwrap() } else { xin };
+        let src = if kind == UnaryOp::Sqrt {
+            f.abs("a", xin).unwrap()
+        } else {
+            xin
+        };
         let y = f.unary("y", kind, src).unwrap();
         f.output(y).unwrap();
-        let out = run(f.finish().unwrap(), vec![("x", Tensor::f32(vec![64], x.clone()).unwrap())], Precision::Fp32);
+        let out = run(
+            f.finish().unwrap(),
+            vec![("x", Tensor::f32(vec![64], x.clone()).unwrap())],
+            Precision::Fp32,
+        );
         let want: Vec<f32> = x
             .iter()
             .map(|&v| {
@@ -117,7 +159,12 @@ fn unary_activations_match_formulas() {
                 }) as f32
             })
             .collect();
-        assert_close(&format!("{kind:?}"), &out["y"].data, &want, F32_TRANSCENDENTAL);
+        assert_close(
+            &format!("{kind:?}"),
+            &out["y"].data,
+            &want,
+            F32_TRANSCENDENTAL,
+        );
     }
 }
 
@@ -134,13 +181,38 @@ fn rsqrt_and_gelu_modes_match_formulas() {
     for v in [r, ge, gt, gs] {
         f.output(v).unwrap();
     }
-    let out = run(f.finish().unwrap(), vec![("x", Tensor::f32(vec![64], x.clone()).unwrap())], Precision::Fp32);
-    let map = |g: &dyn Fn(f64) -> f64| -> Vec<f32> { x.iter().map(|&v| g(v as f64) as f32).collect() };
+    let out = run(
+        f.finish().unwrap(),
+        vec![("x", Tensor::f32(vec![64], x.clone()).unwrap())],
+        Precision::Fp32,
+    );
+    let map =
+        |g: &dyn Fn(f64) -> f64| -> Vec<f32> { x.iter().map(|&v| g(v as f64) as f32).collect() };
     let c = (2.0 / std::f64::consts::PI).sqrt();
-    assert_close("rsqrt", &out["r"].data, &map(&|v| 1.0 / (v * v + 1e-3f32 as f64).sqrt()), F32_SUM);
-    assert_close("gelu exact", &out["ge"].data, &map(&|v| 0.5 * v * (1.0 + erf_ref(v / 2f64.sqrt()))), F32_TRANSCENDENTAL);
-    assert_close("gelu tanh", &out["gt"].data, &map(&|v| 0.5 * v * (1.0 + (c * (v + 0.044715 * v * v * v)).tanh())), F32_TRANSCENDENTAL);
-    assert_close("gelu sigmoid", &out["gs"].data, &map(&|v| v / (1.0 + (-1.702 * v).exp())), F32_TRANSCENDENTAL);
+    assert_close(
+        "rsqrt",
+        &out["r"].data,
+        &map(&|v| 1.0 / (v * v + 1e-3f32 as f64).sqrt()),
+        F32_SUM,
+    );
+    assert_close(
+        "gelu exact",
+        &out["ge"].data,
+        &map(&|v| 0.5 * v * (1.0 + erf_ref(v / 2f64.sqrt()))),
+        F32_TRANSCENDENTAL,
+    );
+    assert_close(
+        "gelu tanh",
+        &out["gt"].data,
+        &map(&|v| 0.5 * v * (1.0 + (c * (v + 0.044715 * v * v * v)).tanh())),
+        F32_TRANSCENDENTAL,
+    );
+    assert_close(
+        "gelu sigmoid",
+        &out["gs"].data,
+        &map(&|v| v / (1.0 + (-1.702 * v).exp())),
+        F32_TRANSCENDENTAL,
+    );
 }
 
 #[test]
@@ -159,7 +231,11 @@ fn casts_between_fp32_fp16_int32_and_bool() {
     let bf = f.cast("bf", b, DType::F32).unwrap();
     f.output(bf).unwrap();
     for precision in [Precision::Fp32, Precision::Fp16] {
-        let out = run(f_clone(&f), vec![("x", Tensor::f32(vec![8], x.clone()).unwrap())], precision);
+        let out = run(
+            f_clone(&f),
+            vec![("x", Tensor::f32(vec![8], x.clone()).unwrap())],
+            precision,
+        );
         let f16 = |v: f32| half::f16::from_f32(v).to_f32();
         // fp32 mode rounds nothing, not even an explicit cast to fp16
         let h_want: Vec<f32> = match precision {
@@ -168,11 +244,21 @@ fn casts_between_fp32_fp16_int32_and_bool() {
         };
         assert_close("cast fp16", &out["h"].data, &h_want, EXACT);
         if precision == Precision::Fp16 {
-            assert_eq!(out["h"].data[3], 65504.0, "65519 rounds to the largest fp16");
+            assert_eq!(
+                out["h"].data[3], 65504.0,
+                "65519 rounds to the largest fp16"
+            );
             assert_eq!(out["h"].data[4], f32::INFINITY, "65520 overflows to inf");
         }
-        assert_eq!(out["i"].to_i32_vec(), vec![1, -2, 0, 65519, 65520, 1, 0, 300], "truncation toward zero");
-        assert_eq!(out["back"].data, vec![1.0, -2.0, 0.0, 65519.0, 65520.0, 1.0, 0.0, 300.0]);
+        assert_eq!(
+            out["i"].to_i32_vec(),
+            vec![1, -2, 0, 65519, 65520, 1, 0, 300],
+            "truncation toward zero"
+        );
+        assert_eq!(
+            out["back"].data,
+            vec![1.0, -2.0, 0.0, 65519.0, 65520.0, 1.0, 0.0, 300.0]
+        );
         assert_eq!(out["hf"].data, h_want);
         assert_eq!(out["bf"].data, vec![1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0]);
     }
@@ -185,14 +271,28 @@ fn cast_of_inf_to_int32_is_an_error_naming_the_op() {
     let i = f.cast("to_int", x, DType::I32).unwrap();
     f.output(i).unwrap();
     let loaded = load(vec![f.finish().unwrap()], Precision::Fp16);
-    let ok = loaded.package.predict("main", &inputs(vec![("x", Tensor::f16(vec![2], vec![2.9, -2.9]).unwrap())]), &mut Default::default()).unwrap();
+    let ok = loaded
+        .package
+        .predict(
+            "main",
+            &inputs(vec![("x", Tensor::f16(vec![2], vec![2.9, -2.9]).unwrap())]),
+            &mut Default::default(),
+        )
+        .unwrap();
     assert_eq!(ok["to_int"].to_i32_vec(), vec![2, -2]);
     let err = loaded
         .package
-        .predict("main", &inputs(vec![("x", Tensor::f16(vec![2], vec![1e6, 0.0]).unwrap())]), &mut Default::default())
+        .predict(
+            "main",
+            &inputs(vec![("x", Tensor::f16(vec![2], vec![1e6, 0.0]).unwrap())]),
+            &mut Default::default(),
+        )
         .unwrap_err()
         .to_string();
-    assert!(err.contains("to_int") && err.contains("cast") && err.contains("test.mlpackage"), "{err}");
+    assert!(
+        err.contains("to_int") && err.contains("cast") && err.contains("test.mlpackage"),
+        "{err}"
+    );
 }
 
 fn f_clone(f: &FunctionBuilder) -> anemone_mil::Function {
@@ -212,14 +312,40 @@ fn fp16_mode_rounds_outputs_and_overflows_to_inf() {
     }
     let func = f.finish().unwrap();
     let x = vec![300.0, -300.0, 2.0, 255.875];
-    let fp16 = run(func.clone(), vec![("x", Tensor::f16(vec![4], x.clone()).unwrap())], Precision::Fp16);
-    assert_eq!(fp16["y"].data[..2], [f32::INFINITY, f32::INFINITY], "90000 is beyond fp16");
+    let fp16 = run(
+        func.clone(),
+        vec![("x", Tensor::f16(vec![4], x.clone()).unwrap())],
+        Precision::Fp16,
+    );
+    assert_eq!(
+        fp16["y"].data[..2],
+        [f32::INFINITY, f32::INFINITY],
+        "90000 is beyond fp16"
+    );
     assert_eq!(fp16["y"].data[2], 4.0);
-    assert_eq!(fp16["y"].data[3], half::f16::from_f32(255.875f32 * 255.875).to_f32());
-    let w16: Vec<f32> = x.iter().map(|v| half::f16::from_f32(v / 3.0).to_f32()).collect();
+    assert_eq!(
+        fp16["y"].data[3],
+        half::f16::from_f32(255.875f32 * 255.875).to_f32()
+    );
+    let w16: Vec<f32> = x
+        .iter()
+        .map(|v| half::f16::from_f32(v / 3.0).to_f32())
+        .collect();
     assert_close("fp16 division rounded", &fp16["w"].data, &w16, EXACT);
-    let fp32 = run(func, vec![("x", Tensor::f16(vec![4], x.clone()).unwrap())], Precision::Fp32);
-    assert_eq!(fp32["y"].data[0], 90000.0, "fp32 mode keeps the f32 product");
+    let fp32 = run(
+        func,
+        vec![("x", Tensor::f16(vec![4], x.clone()).unwrap())],
+        Precision::Fp32,
+    );
+    assert_eq!(
+        fp32["y"].data[0], 90000.0,
+        "fp32 mode keeps the f32 product"
+    );
     assert_eq!(fp32["w"].data[0], 100.0);
-    assert_close("fp32 division", &fp32["w"].data, &x.iter().map(|v| v / 3.0).collect::<Vec<_>>(), EXACT);
+    assert_close(
+        "fp32 division",
+        &fp32["w"].data,
+        &x.iter().map(|v| v / 3.0).collect::<Vec<_>>(),
+        EXACT,
+    );
 }

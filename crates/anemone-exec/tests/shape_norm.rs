@@ -6,9 +6,14 @@ use anemone_exec::{Precision, Tensor};
 use anemone_mil::{DType, FunctionBuilder, ReduceOp, TensorType};
 use common::*;
 
-fn one_input(shape: &[usize], build: impl FnOnce(&mut FunctionBuilder, anemone_mil::Var) -> Vec<anemone_mil::Var>) -> anemone_mil::Function {
+fn one_input(
+    shape: &[usize],
+    build: impl FnOnce(&mut FunctionBuilder, anemone_mil::Var) -> Vec<anemone_mil::Var>,
+) -> anemone_mil::Function {
     let mut f = FunctionBuilder::new("main");
-    let x = f.input("x", TensorType::new(DType::F32, shape.to_vec())).unwrap();
+    let x = f
+        .input("x", TensorType::new(DType::F32, shape.to_vec()))
+        .unwrap();
     for v in build(&mut f, x) {
         f.output(v).unwrap();
     }
@@ -36,14 +41,29 @@ fn softmax_with_masked_rows() {
             }
         }
     }
-    let func = one_input(&shape, |f, x| vec![f.softmax("y", x, -1).unwrap(), f.softmax("y1", x, 1).unwrap()]);
-    let out = run(func, vec![("x", Tensor::f32(shape.to_vec(), x.clone()).unwrap())], Precision::Fp32);
-    let want: Vec<f32> = x.chunks(5).flat_map(|r| naive_softmax(&r.iter().map(|&v| v as f64).collect::<Vec<_>>())).collect();
+    let func = one_input(&shape, |f, x| {
+        vec![
+            f.softmax("y", x, -1).unwrap(),
+            f.softmax("y1", x, 1).unwrap(),
+        ]
+    });
+    let out = run(
+        func,
+        vec![("x", Tensor::f32(shape.to_vec(), x.clone()).unwrap())],
+        Precision::Fp32,
+    );
+    let want: Vec<f32> = x
+        .chunks(5)
+        .flat_map(|r| naive_softmax(&r.iter().map(|&v| v as f64).collect::<Vec<_>>()))
+        .collect();
     assert_close("softmax last axis", &out["y"].data, &want, F32_SUM);
     // the masked columns carry no weight, the fully masked row is still a distribution
     assert!(out["y"].data[3] == 0.0 && out["y"].data[4] == 0.0 && out["y"].data[2] > 0.0);
     let full_row = &out["y"].data[25..30];
-    assert!((full_row.iter().sum::<f32>() - 1.0).abs() < 1e-6, "{full_row:?}");
+    assert!(
+        (full_row.iter().sum::<f32>() - 1.0).abs() < 1e-6,
+        "{full_row:?}"
+    );
     let mut want1 = vec![0.0f32; 30];
     for q in 0..3 {
         for k in 0..5 {
@@ -59,11 +79,25 @@ fn softmax_with_masked_rows() {
     let xi = f.input("x", TensorType::new(DType::F16, [1, 4])).unwrap();
     let y = f.softmax("y", xi, -1).unwrap();
     f.output(y).unwrap();
-    let out = run(f.finish().unwrap(), vec![("x", Tensor::f16(vec![1, 4], vec![60000.0, 60000.0, -1e4, 59008.0]).unwrap())], Precision::Fp16);
+    let out = run(
+        f.finish().unwrap(),
+        vec![(
+            "x",
+            Tensor::f16(vec![1, 4], vec![60000.0, 60000.0, -1e4, 59008.0]).unwrap(),
+        )],
+        Precision::Fp16,
+    );
     assert_eq!(out["y"].data, vec![0.5, 0.5, 0.0, 0.0]);
 }
 
-fn naive_layer_norm(x: &[f32], shape: &[usize], axes: &[usize], gamma: Option<&[f32]>, beta: Option<&[f32]>, eps: f64) -> Vec<f32> {
+fn naive_layer_norm(
+    x: &[f32],
+    shape: &[usize],
+    axes: &[usize],
+    gamma: Option<&[f32]>,
+    beta: Option<&[f32]>,
+    eps: f64,
+) -> Vec<f32> {
     let mut out = vec![0.0f32; x.len()];
     let rest: Vec<usize> = (0..shape.len()).filter(|a| !axes.contains(a)).collect();
     let rest_shape: Vec<usize> = rest.iter().map(|&a| shape[a]).collect();
@@ -85,7 +119,11 @@ fn naive_layer_norm(x: &[f32], shape: &[usize], axes: &[usize], gamma: Option<&[
             .collect();
         let n = members.len() as f64;
         let mean = members.iter().map(|&(_, i)| x[i] as f64).sum::<f64>() / n;
-        let var = members.iter().map(|&(_, i)| (x[i] as f64 - mean).powi(2)).sum::<f64>() / n;
+        let var = members
+            .iter()
+            .map(|&(_, i)| (x[i] as f64 - mean).powi(2))
+            .sum::<f64>()
+            / n;
         for &(j, i) in &members {
             let mut y = (x[i] as f64 - mean) / (var + eps).sqrt();
             if let Some(g) = gamma {
@@ -103,11 +141,24 @@ fn naive_layer_norm(x: &[f32], shape: &[usize], axes: &[usize], gamma: Option<&[
 #[test]
 fn layer_norm_with_and_without_gamma_beta() {
     // BC1S layout normalizes over channels (axis 1); also the last axis and two axes
-    let cases: [(&[usize], &[i64]); 3] = [(&[1, 16, 1, 3], &[1]), (&[2, 3, 8], &[-1]), (&[2, 3, 4], &[2, 1])];
+    let cases: [(&[usize], &[i64]); 3] = [
+        (&[1, 16, 1, 3], &[1]),
+        (&[2, 3, 8], &[-1]),
+        (&[2, 3, 4], &[2, 1]),
+    ];
     for (shape, axes) in cases {
         let n: usize = shape.iter().product();
         let x = values(n, 51, 3.0);
-        let norm_axes: Vec<usize> = axes.iter().map(|&a| if a < 0 { (shape.len() as i64 + a) as usize } else { a as usize }).collect();
+        let norm_axes: Vec<usize> = axes
+            .iter()
+            .map(|&a| {
+                if a < 0 {
+                    (shape.len() as i64 + a) as usize
+                } else {
+                    a as usize
+                }
+            })
+            .collect();
         let norm_shape: Vec<usize> = norm_axes.iter().map(|&a| shape[a]).collect();
         let m: usize = norm_shape.iter().product();
         let g = values(m, 52, 1.0);
@@ -117,15 +168,36 @@ fn layer_norm_with_and_without_gamma_beta() {
             let bv = f.const_f32("b", &norm_shape, &b).unwrap();
             vec![
                 f.layer_norm("plain", x, axes, None, None, 1e-5).unwrap(),
-                f.layer_norm("affine", x, axes, Some(gv), Some(bv), 1e-5).unwrap(),
-                f.layer_norm("scaled", x, axes, Some(gv), None, 1e-5).unwrap(),
+                f.layer_norm("affine", x, axes, Some(gv), Some(bv), 1e-5)
+                    .unwrap(),
+                f.layer_norm("scaled", x, axes, Some(gv), None, 1e-5)
+                    .unwrap(),
             ]
         });
-        let out = run(func, vec![("x", Tensor::f32(shape.to_vec(), x.clone()).unwrap())], Precision::Fp32);
+        let out = run(
+            func,
+            vec![("x", Tensor::f32(shape.to_vec(), x.clone()).unwrap())],
+            Precision::Fp32,
+        );
         let ctx = format!("{shape:?} axes {axes:?}");
-        assert_close(&ctx, &out["plain"].data, &naive_layer_norm(&x, shape, &norm_axes, None, None, 1e-5), F32_SUM);
-        assert_close(&ctx, &out["affine"].data, &naive_layer_norm(&x, shape, &norm_axes, Some(&g), Some(&b), 1e-5), F32_SUM);
-        assert_close(&ctx, &out["scaled"].data, &naive_layer_norm(&x, shape, &norm_axes, Some(&g), None, 1e-5), F32_SUM);
+        assert_close(
+            &ctx,
+            &out["plain"].data,
+            &naive_layer_norm(&x, shape, &norm_axes, None, None, 1e-5),
+            F32_SUM,
+        );
+        assert_close(
+            &ctx,
+            &out["affine"].data,
+            &naive_layer_norm(&x, shape, &norm_axes, Some(&g), Some(&b), 1e-5),
+            F32_SUM,
+        );
+        assert_close(
+            &ctx,
+            &out["scaled"].data,
+            &naive_layer_norm(&x, shape, &norm_axes, Some(&g), None, 1e-5),
+            F32_SUM,
+        );
     }
 }
 
@@ -134,11 +206,27 @@ fn reductions_with_and_without_keep_dims() {
     let shape = [2usize, 3, 4];
     let x = values(24, 61, 2.0);
     for kind in ReduceOp::ALL {
-        for (axes, keep) in [(vec![1i64], true), (vec![1], false), (vec![0, 2], true), (vec![-1, 0], false)] {
-            let func = one_input(&shape, |f, x| vec![f.reduce("y", kind, x, &axes, keep).unwrap()]);
-            let out = run(func, vec![("x", Tensor::f32(shape.to_vec(), x.clone()).unwrap())], Precision::Fp32);
-            let red: Vec<usize> = axes.iter().map(|&a| if a < 0 { (3 + a) as usize } else { a as usize }).collect();
-            let kept_shape: Vec<usize> = (0..3).map(|a| if red.contains(&a) { 1 } else { shape[a] }).collect();
+        for (axes, keep) in [
+            (vec![1i64], true),
+            (vec![1], false),
+            (vec![0, 2], true),
+            (vec![-1, 0], false),
+        ] {
+            let func = one_input(&shape, |f, x| {
+                vec![f.reduce("y", kind, x, &axes, keep).unwrap()]
+            });
+            let out = run(
+                func,
+                vec![("x", Tensor::f32(shape.to_vec(), x.clone()).unwrap())],
+                Precision::Fp32,
+            );
+            let red: Vec<usize> = axes
+                .iter()
+                .map(|&a| if a < 0 { (3 + a) as usize } else { a as usize })
+                .collect();
+            let kept_shape: Vec<usize> = (0..3)
+                .map(|a| if red.contains(&a) { 1 } else { shape[a] })
+                .collect();
             let mut want = Vec::new();
             for k in indices(&kept_shape) {
                 let members: Vec<f64> = indices(&shape)
@@ -152,9 +240,21 @@ fn reductions_with_and_without_keep_dims() {
                     ReduceOp::Max => members.iter().cloned().fold(f64::NEG_INFINITY, f64::max),
                 } as f32);
             }
-            let want_shape: Vec<usize> = if keep { kept_shape.clone() } else { (0..3).filter(|a| !red.contains(a)).map(|a| shape[a]).collect() };
+            let want_shape: Vec<usize> = if keep {
+                kept_shape.clone()
+            } else {
+                (0..3)
+                    .filter(|a| !red.contains(a))
+                    .map(|a| shape[a])
+                    .collect()
+            };
             assert_eq!(out["y"].shape, want_shape, "{kind:?} {axes:?} keep={keep}");
-            assert_close(&format!("{kind:?} {axes:?} keep={keep}"), &out["y"].data, &want, F32_SUM);
+            assert_close(
+                &format!("{kind:?} {axes:?} keep={keep}"),
+                &out["y"].data,
+                &want,
+                F32_SUM,
+            );
         }
     }
 }
@@ -170,19 +270,49 @@ fn gqa_head_indexing_via_slice_by_index() {
             .map(|h| {
                 let g = h / (heads / kv_heads);
                 let b = (g * dim) as i64;
-                f.slice_by_index(&format!("k_head{h}"), x, &[0, b, 0, 0], &[1, b + dim as i64, 1, i64::MAX], None).unwrap()
+                f.slice_by_index(
+                    &format!("k_head{h}"),
+                    x,
+                    &[0, b, 0, 0],
+                    &[1, b + dim as i64, 1, i64::MAX],
+                    None,
+                )
+                .unwrap()
             })
             .collect();
-        outs.push(f.slice_by_index("strided", x, &[0, 1, 0, -4], &[1, 6, 1, 5], Some(&[1, 2, 1, 3])).unwrap());
+        outs.push(
+            f.slice_by_index(
+                "strided",
+                x,
+                &[0, 1, 0, -4],
+                &[1, 6, 1, 5],
+                Some(&[1, 2, 1, 3]),
+            )
+            .unwrap(),
+        );
         outs
     });
-    let out = run(func, vec![("x", Tensor::f32(shape.to_vec(), k.clone()).unwrap())], Precision::Fp32);
+    let out = run(
+        func,
+        vec![("x", Tensor::f32(shape.to_vec(), k.clone()).unwrap())],
+        Precision::Fp32,
+    );
     for h in 0..heads {
         let g = h / 2;
-        let want: Vec<f32> = (0..dim).flat_map(|d| (0..s).map(move |t| (d, t))).map(|(d, t)| k[(g * dim + d) * s + t]).collect();
-        assert_eq!(out[&format!("k_head{h}")].data, want, "head {h} reads kv head {g}");
+        let want: Vec<f32> = (0..dim)
+            .flat_map(|d| (0..s).map(move |t| (d, t)))
+            .map(|(d, t)| k[(g * dim + d) * s + t])
+            .collect();
+        assert_eq!(
+            out[&format!("k_head{h}")].data,
+            want,
+            "head {h} reads kv head {g}"
+        );
     }
-    let want: Vec<f32> = [1usize, 3, 5].iter().flat_map(|&c| [1usize, 4].map(|t| k[c * s + t])).collect();
+    let want: Vec<f32> = [1usize, 3, 5]
+        .iter()
+        .flat_map(|&c| [1usize, 4].map(|t| k[c * s + t]))
+        .collect();
     assert_eq!(out["strided"].shape, vec![1, 3, 1, 2]);
     assert_eq!(out["strided"].data, want);
 }
@@ -200,7 +330,11 @@ fn concat_split_reshape_transpose_expand_squeeze() {
         let sq = f.squeeze("sq", e, &[0, 3]).unwrap();
         vec![parts[0], parts[1], cat, r, t, e, sq]
     });
-    let out = run(func, vec![("x", Tensor::f32(shape.to_vec(), x.clone()).unwrap())], Precision::Fp32);
+    let out = run(
+        func,
+        vec![("x", Tensor::f32(shape.to_vec(), x.clone()).unwrap())],
+        Precision::Fp32,
+    );
     let at = |i: usize, j: usize, k: usize| x[(i * 3 + j) * 4 + k];
     let mut p0 = vec![];
     let mut p1 = vec![];
@@ -214,9 +348,15 @@ fn concat_split_reshape_transpose_expand_squeeze() {
             cat.extend((0..4).map(|k| at(i, j, k)));
         }
     }
-    assert_eq!((out["parts_0"].shape.clone(), out["parts_0"].data.clone()), (vec![2, 3, 1], p0));
+    assert_eq!(
+        (out["parts_0"].shape.clone(), out["parts_0"].data.clone()),
+        (vec![2, 3, 1], p0)
+    );
     assert_eq!(out["parts_1"].data, p1);
-    assert_eq!((out["cat"].shape.clone(), out["cat"].data.clone()), (vec![2, 3, 8], cat));
+    assert_eq!(
+        (out["cat"].shape.clone(), out["cat"].data.clone()),
+        (vec![2, 3, 8], cat)
+    );
     assert_eq!((out["r"].shape.clone(), &out["r"].data), (vec![4, 6], &x));
     let mut t = vec![];
     for k in 0..4 {
@@ -226,7 +366,16 @@ fn concat_split_reshape_transpose_expand_squeeze() {
             }
         }
     }
-    assert_eq!((out["t"].shape.clone(), out["t"].data.clone()), (vec![4, 2, 3], t));
-    assert_eq!((out["e"].shape.clone(), &out["e"].data), (vec![1, 2, 3, 1, 4], &x));
-    assert_eq!((out["sq"].shape.clone(), &out["sq"].data), (shape.to_vec(), &x));
+    assert_eq!(
+        (out["t"].shape.clone(), out["t"].data.clone()),
+        (vec![4, 2, 3], t)
+    );
+    assert_eq!(
+        (out["e"].shape.clone(), &out["e"].data),
+        (vec![1, 2, 3, 1, 4], &x)
+    );
+    assert_eq!(
+        (out["sq"].shape.clone(), &out["sq"].data),
+        (shape.to_vec(), &x)
+    );
 }
