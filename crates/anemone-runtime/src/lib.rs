@@ -1,11 +1,13 @@
 //! Generation runtime: the [`LogitsModel`] trait every backend implements, sampling, chat
 //! templates, incremental detokenization and the generation loop.
 
+pub mod backend;
 pub mod chat;
 pub mod error;
 pub mod generate;
 pub mod model;
 pub mod npy;
+pub mod pipeline;
 pub mod prompt;
 pub mod sampler;
 pub mod stream;

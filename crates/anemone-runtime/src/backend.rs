@@ -1,0 +1,88 @@
+//! The one thing a pipeline needs from an execution engine: load a package, make its state,
+//! predict a function with named inputs. Implemented by the MIL executor (any OS); a Core ML
+//! backend implements the same trait on macOS.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+pub use anemone_exec::{Precision as ExecPrecision, Tensor};
+
+/// An engine that runs `.mlpackage` files as written to disk.
+///
+/// Tensors cross the boundary as [`Tensor`] (values held as f32 whatever the declared dtype;
+/// the declared dtype and shape must match the function's signature).
+pub trait Backend {
+    /// A loaded, ready-to-run package.
+    type Package;
+    /// The values of a package's states (the KV cache of a decoder chunk).
+    type State;
+    type Error: std::error::Error + Send + Sync + 'static;
+
+    /// A short name for messages and reports (`executor-fp16`, `coreml-ane`, …).
+    fn name(&self) -> String;
+    fn load(&self, path: &Path) -> Result<Self::Package, Self::Error>;
+    /// Fresh (zeroed) state for every state `function` declares.
+    fn new_state(
+        &self,
+        package: &Self::Package,
+        function: &str,
+    ) -> Result<Self::State, Self::Error>;
+    /// Sets every value of `state` back to zero (a new sequence).
+    fn reset_state(&self, state: &mut Self::State);
+    /// Runs `function`, reading and writing `state`; returns its outputs by name.
+    fn predict(
+        &self,
+        package: &Self::Package,
+        function: &str,
+        inputs: &HashMap<String, Tensor>,
+        state: &mut Self::State,
+    ) -> Result<HashMap<String, Tensor>, Self::Error>;
+}
+
+/// The MIL executor ([`anemone_exec`]) in fp32 or fp16-faithful arithmetic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExecutorBackend {
+    pub precision: ExecPrecision,
+}
+
+impl ExecutorBackend {
+    pub fn new(precision: ExecPrecision) -> Self {
+        ExecutorBackend { precision }
+    }
+}
+
+impl Backend for ExecutorBackend {
+    type Package = anemone_exec::LoadedPackage;
+    type State = anemone_exec::State;
+    type Error = anemone_exec::ExecError;
+
+    fn name(&self) -> String {
+        format!("executor-{}", self.precision.name())
+    }
+
+    fn load(&self, path: &Path) -> Result<Self::Package, Self::Error> {
+        anemone_exec::LoadedPackage::load(path, self.precision)
+    }
+
+    fn new_state(
+        &self,
+        package: &Self::Package,
+        function: &str,
+    ) -> Result<Self::State, Self::Error> {
+        package.new_state(function)
+    }
+
+    fn reset_state(&self, state: &mut Self::State) {
+        state.reset()
+    }
+
+    fn predict(
+        &self,
+        package: &Self::Package,
+        function: &str,
+        inputs: &HashMap<String, Tensor>,
+        state: &mut Self::State,
+    ) -> Result<HashMap<String, Tensor>, Self::Error> {
+        package.predict(function, inputs, state)
+    }
+}

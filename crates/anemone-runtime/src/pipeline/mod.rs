@@ -1,0 +1,300 @@
+//! A converted bundle run chunk by chunk on a [`Backend`]: host embedding → decoder chunks in
+//! layer order (prefill in `prefill_len` windows, decode one token at a time; RoPE tables, mask
+//! and KV write position made on the host) → final norm + LM head (host or package) → logits.
+//!
+//! [`Pipeline`] holds the loaded packages and host weights; a [`Session`] owns the KV states of
+//! one sequence and implements [`crate::LogitsModel`], so generation, sampling, chat templates and
+//! teacher forcing run unchanged on a bundle.
+
+mod host;
+mod session;
+
+pub use host::HostWeights;
+pub use session::{FeedTrace, Session};
+
+use std::path::{Path, PathBuf};
+
+use anemone_checkpoint::TokenizerBundle;
+use anemone_mil::DType;
+use anemone_models::ane::names;
+use anemone_models::bundle::{self, BundleError, FileCheck, Manifest};
+
+use crate::backend::Backend;
+
+/// Errors opening or running a bundle; each names the file, package, function or token.
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    #[error(transparent)]
+    Bundle(#[from] BundleError),
+    #[error(
+        "{}: {} file(s) do not match the manifest's sha256 (first: {}); the bundle was modified \
+         or is incomplete",
+        dir.display(), failures.len(), describe_check(&failures[0])
+    )]
+    Verify {
+        dir: PathBuf,
+        failures: Vec<FileCheck>,
+    },
+    #[error("{}: manifest: {problem}", dir.display())]
+    Manifest { dir: PathBuf, problem: String },
+    #[error("{}: tensor `{tensor}`: {problem}", path.display())]
+    Host {
+        path: PathBuf,
+        tensor: String,
+        problem: String,
+    },
+    #[error("{}: {problem}", path.display())]
+    Tokenizer { path: PathBuf, problem: String },
+    #[error("{backend}: {}: function `{function}`: {source}", package.display())]
+    Backend {
+        backend: String,
+        package: PathBuf,
+        function: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("{}: function `{function}`: output `{output}`: {problem}", package.display())]
+    Output {
+        package: PathBuf,
+        function: String,
+        output: String,
+        problem: String,
+    },
+    #[error(
+        "context overflow: {requested} token(s) at position {position} exceed the bundle's \
+         context of {context} (convert with a larger --context)"
+    )]
+    ContextOverflow {
+        position: usize,
+        requested: usize,
+        context: usize,
+    },
+    #[error("token id {token} is outside the vocabulary (size {vocab_size})")]
+    TokenOutOfRange { token: u32, vocab_size: usize },
+    #[error("feed called with no token ids")]
+    EmptyInput,
+}
+
+fn describe_check(c: &FileCheck) -> String {
+    match (&c.expected_sha256, &c.found_sha256) {
+        (Some(_), None) => format!("{} is missing", c.path),
+        (None, Some(_)) => format!("{} is not listed", c.path),
+        _ => format!("{} differs", c.path),
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct PipelineOptions {
+    /// Hash every file and compare with the manifest before loading (default on).
+    pub verify_hashes: bool,
+}
+
+impl Default for PipelineOptions {
+    fn default() -> Self {
+        PipelineOptions {
+            verify_hashes: true,
+        }
+    }
+}
+
+/// One loaded decoder chunk.
+pub(crate) struct LoadedChunk<P> {
+    pub package: P,
+    pub path: PathBuf,
+    /// Global index of the layer after the chunk's last (its output is the residual stream
+    /// after layer `end_layer - 1`).
+    pub end_layer: usize,
+}
+
+/// A bundle loaded on a backend.
+pub struct Pipeline<B: Backend> {
+    backend: B,
+    dir: PathBuf,
+    manifest: Manifest,
+    host: HostWeights,
+    chunks: Vec<LoadedChunk<B::Package>>,
+    lm_head: Option<(PathBuf, B::Package)>,
+    tokenizer: Option<TokenizerBundle>,
+    /// dtype of the chunk functions' float inputs (the bundle precision).
+    activation_dtype: DType,
+}
+
+impl<B: Backend> std::fmt::Debug for Pipeline<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pipeline")
+            .field("backend", &self.backend.name())
+            .field("dir", &self.dir)
+            .field("chunks", &self.chunks.len())
+            .field("context", &self.manifest.conversion.context)
+            .finish()
+    }
+}
+
+impl<B: Backend> Pipeline<B> {
+    /// Reads `dir/anemone.json`, checks every file's sha256 (unless disabled), loads the host
+    /// weights, the tokenizer and every package on `backend`.
+    pub fn open(dir: &Path, backend: B, options: &PipelineOptions) -> Result<Self, PipelineError> {
+        let manifest = bundle::read_manifest(dir)?;
+        if options.verify_hashes {
+            let failures: Vec<FileCheck> = bundle::verify_files(dir, &manifest)?
+                .into_iter()
+                .filter(|c| !c.ok)
+                .collect();
+            if !failures.is_empty() {
+                return Err(PipelineError::Verify {
+                    dir: dir.to_path_buf(),
+                    failures,
+                });
+            }
+        }
+        check_manifest(dir, &manifest)?;
+        let host = HostWeights::load(dir, &manifest)?;
+        let tokenizer = host::load_tokenizer(dir, &manifest)?;
+        let activation_dtype = manifest.conversion.precision.dtype();
+        let mut chunks = Vec::with_capacity(manifest.chunks.len());
+        for entry in &manifest.chunks {
+            let path = dir.join(&entry.path);
+            let started = std::time::Instant::now();
+            let package = backend
+                .load(&path)
+                .map_err(|e| backend_error(&backend, &path, "(load)", e))?;
+            tracing::debug!(
+                chunk = entry.index,
+                elapsed_s = started.elapsed().as_secs_f64(),
+                "chunk loaded"
+            );
+            chunks.push(LoadedChunk {
+                package,
+                path,
+                end_layer: entry.first_layer + entry.layer_count,
+            });
+        }
+        let lm_head = match &manifest.lm_head {
+            Some(entry) => {
+                let path = dir.join(&entry.path);
+                let package = backend
+                    .load(&path)
+                    .map_err(|e| backend_error(&backend, &path, "(load)", e))?;
+                Some((path, package))
+            }
+            None => None,
+        };
+        Ok(Pipeline {
+            backend,
+            dir: dir.to_path_buf(),
+            manifest,
+            host,
+            chunks,
+            lm_head,
+            tokenizer,
+            activation_dtype,
+        })
+    }
+
+    /// A new sequence with zeroed KV states.
+    pub fn session(&self) -> Result<Session<'_, B>, PipelineError> {
+        Session::new(self)
+    }
+
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    pub fn tokenizer(&self) -> Option<&TokenizerBundle> {
+        self.tokenizer.as_ref()
+    }
+
+    /// Tokens a session may hold.
+    pub fn context(&self) -> usize {
+        self.manifest.conversion.context
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        self.manifest.config.vocab_size
+    }
+
+    /// For each chunk, the number of layers before its output (chunk `i`'s output is the
+    /// residual stream after layer `chunk_depths()[i] - 1`).
+    pub fn chunk_depths(&self) -> Vec<usize> {
+        self.chunks.iter().map(|c| c.end_layer).collect()
+    }
+
+    /// Ids that end generation: the bundle's EOS ids.
+    pub fn stop_ids(&self) -> Vec<u32> {
+        let mut ids = self.manifest.config.eos_token_ids.clone();
+        if let Some(t) = &self.manifest.tokenizer {
+            for id in &t.eos_token_ids {
+                if !ids.contains(id) {
+                    ids.push(*id);
+                }
+            }
+        }
+        ids
+    }
+}
+
+pub(crate) fn backend_error<B: Backend>(
+    backend: &B,
+    package: &Path,
+    function: &str,
+    e: B::Error,
+) -> PipelineError {
+    PipelineError::Backend {
+        backend: backend.name(),
+        package: package.to_path_buf(),
+        function: function.to_string(),
+        source: Box::new(e),
+    }
+}
+
+/// The chunk plan must cover the layers in order with the functions the pipeline calls.
+fn check_manifest(dir: &Path, m: &Manifest) -> Result<(), PipelineError> {
+    let bad = |problem: String| {
+        Err(PipelineError::Manifest {
+            dir: dir.to_path_buf(),
+            problem,
+        })
+    };
+    let mut next = 0;
+    for c in &m.chunks {
+        if c.first_layer != next || c.layer_count == 0 {
+            return bad(format!(
+                "chunk {} covers layers {}..{}, expected to start at layer {next}",
+                c.index,
+                c.first_layer,
+                c.first_layer + c.layer_count
+            ));
+        }
+        next += c.layer_count;
+        for function in [names::DECODE, names::PREFILL] {
+            if !c.functions.iter().any(|f| f.name == function) {
+                return bad(format!("chunk {} has no `{function}` function", c.index));
+            }
+        }
+    }
+    if next != m.config.num_hidden_layers {
+        return bad(format!(
+            "the chunks cover {next} layers, the model has {}",
+            m.config.num_hidden_layers
+        ));
+    }
+    let conv = &m.conversion;
+    if conv.prefill_len == 0 || conv.prefill_len > conv.context {
+        return bad(format!(
+            "prefill_len {} is not between 1 and the context {}",
+            conv.prefill_len, conv.context
+        ));
+    }
+    if m.lm_head.is_some() != (conv.lm_head == anemone_models::ane::LmHeadPlacement::Package) {
+        return bad("lm_head placement and lm_head entry disagree".into());
+    }
+    Ok(())
+}

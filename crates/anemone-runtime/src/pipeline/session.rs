@@ -1,0 +1,390 @@
+//! One sequence through a [`Pipeline`]: the KV states of every chunk, the position, and the
+//! prefill/decode scheduling of new tokens.
+
+use std::collections::HashMap;
+
+use anemone_exec::Tensor;
+use anemone_mil::DType;
+use anemone_models::ane::{io::rope_tables, lm_head, names};
+
+use super::{backend_error, Pipeline, PipelineError};
+use crate::backend::Backend;
+use crate::error::RuntimeError;
+use crate::model::LogitsModel;
+
+/// What one traced feed saw.
+#[derive(Debug, Clone)]
+pub struct FeedTrace {
+    /// `[vocab]`: the logits after the last id fed.
+    pub logits: Vec<f32>,
+    /// Per chunk, `[ids.len(), hidden]` row-major: the chunk's output (the residual stream after
+    /// its last layer) at each new position.
+    pub chunk_outputs: Vec<Vec<f32>>,
+}
+
+/// The KV states of one sequence. Feeding appends tokens; [`Session::reset`] starts over.
+pub struct Session<'p, B: Backend> {
+    pipeline: &'p Pipeline<B>,
+    chunk_states: Vec<B::State>,
+    head_state: Option<B::State>,
+    position: usize,
+}
+
+impl<'p, B: Backend> Session<'p, B> {
+    pub(crate) fn new(pipeline: &'p Pipeline<B>) -> Result<Self, PipelineError> {
+        let mut s = Session {
+            pipeline,
+            chunk_states: Vec::new(),
+            head_state: None,
+            position: 0,
+        };
+        s.fresh_states()?;
+        Ok(s)
+    }
+
+    fn fresh_states(&mut self) -> Result<(), PipelineError> {
+        let p = self.pipeline;
+        self.chunk_states = p
+            .chunks
+            .iter()
+            .map(|c| {
+                p.backend
+                    .new_state(&c.package, names::DECODE)
+                    .map_err(|e| backend_error(&p.backend, &c.path, names::DECODE, e))
+            })
+            .collect::<Result<_, _>>()?;
+        self.head_state = match &p.lm_head {
+            Some((path, package)) => Some(
+                p.backend
+                    .new_state(package, lm_head::FUNCTION)
+                    .map_err(|e| backend_error(&p.backend, path, lm_head::FUNCTION, e))?,
+            ),
+            None => None,
+        };
+        self.position = 0;
+        Ok(())
+    }
+
+    pub fn pipeline(&self) -> &'p Pipeline<B> {
+        self.pipeline
+    }
+
+    /// Tokens fed since the last reset.
+    pub fn position(&self) -> usize {
+        self.position
+    }
+
+    /// Forgets every token. States are zeroed, not just masked: a stale inf or NaN times a zero
+    /// attention weight is still NaN.
+    pub fn reset(&mut self) {
+        let p = self.pipeline;
+        for s in self.chunk_states.iter_mut().chain(self.head_state.as_mut()) {
+            p.backend.reset_state(s);
+        }
+        self.position = 0;
+    }
+
+    /// Appends `ids` and returns the `[vocab]` logits after the last of them.
+    pub fn feed(&mut self, ids: &[u32]) -> Result<Vec<f32>, PipelineError> {
+        Ok(self.run(ids, false)?.logits)
+    }
+
+    /// Like [`Session::feed`], also returning every chunk's output at every new position.
+    pub fn feed_traced(&mut self, ids: &[u32]) -> Result<FeedTrace, PipelineError> {
+        self.run(ids, true)
+    }
+
+    fn check(&self, ids: &[u32]) -> Result<(), PipelineError> {
+        if ids.is_empty() {
+            return Err(PipelineError::EmptyInput);
+        }
+        let context = self.pipeline.context();
+        if self.position + ids.len() > context {
+            return Err(PipelineError::ContextOverflow {
+                position: self.position,
+                requested: ids.len(),
+                context,
+            });
+        }
+        let vocab_size = self.pipeline.vocab_size();
+        if let Some(&token) = ids.iter().find(|&&t| t as usize >= vocab_size) {
+            return Err(PipelineError::TokenOutOfRange { token, vocab_size });
+        }
+        Ok(())
+    }
+
+    fn run(&mut self, ids: &[u32], trace: bool) -> Result<FeedTrace, PipelineError> {
+        self.check(ids)?;
+        let p = self.pipeline;
+        let h = p.manifest.config.hidden_size;
+        let context = p.context();
+        let prefill_len = p.manifest.conversion.prefill_len;
+        let mut chunk_outputs = vec![Vec::new(); if trace { p.chunks.len() } else { 0 }];
+        let mut last_hidden = Vec::new();
+        let mut done = 0;
+        while done < ids.len() {
+            let remaining = ids.len() - done;
+            let first = self.position + done;
+            // the prefill window writes all prefill_len KV slots (padding included): it must fit
+            // the context; a lone token or a tail near the end of the context goes through decode
+            let (function, t) = if remaining >= 2 && first + prefill_len <= context {
+                (names::PREFILL, prefill_len)
+            } else {
+                (names::DECODE, 1)
+            };
+            let real = remaining.min(t);
+            let window = &ids[done..done + real];
+            let hidden = self.run_window(
+                function,
+                t,
+                first,
+                window,
+                trace.then_some(&mut chunk_outputs),
+            )?;
+            last_hidden = column(&hidden, h, t, real - 1);
+            done += real;
+        }
+        self.position += ids.len();
+        let logits = self.head(&last_hidden)?;
+        Ok(FeedTrace {
+            logits,
+            chunk_outputs,
+        })
+    }
+
+    /// Runs `window` (at most `t` ids, padded to `t`) at positions `first..` through every chunk
+    /// with `function`; returns the last chunk's output `[hidden, t]`.
+    fn run_window(
+        &mut self,
+        function: &str,
+        t: usize,
+        first: usize,
+        window: &[u32],
+        mut trace: Option<&mut Vec<Vec<f32>>>,
+    ) -> Result<Vec<f32>, PipelineError> {
+        let p = self.pipeline;
+        let config = &p.manifest.config;
+        let h = config.hidden_size;
+        let context = p.context();
+        let dtype = p.activation_dtype;
+        let mut hidden = vec![0f32; h * t];
+        for (col, &id) in window.iter().enumerate() {
+            for (c, v) in p.host.embedding(id).iter().enumerate() {
+                hidden[c * t + col] = *v;
+            }
+        }
+        let positions: Vec<usize> = (first..first + t).collect();
+        let (cos, sin) = rope_tables(config, &positions);
+        let mask = causal_mask(context, first, t, p.manifest.conversion.mask_value);
+        let d = config.head_dim;
+        let input = |name: &str, dtype: DType, shape: Vec<usize>, data: Vec<f32>| {
+            Tensor::new(dtype, shape, data).map_err(|e| PipelineError::Output {
+                package: p.dir.clone(),
+                function: function.to_string(),
+                output: name.to_string(),
+                problem: format!("building the input: {e}"),
+            })
+        };
+        let mut inputs: HashMap<String, Tensor> = HashMap::new();
+        inputs.insert(
+            names::COS.into(),
+            input(names::COS, dtype, vec![1, 1, d, t], cos)?,
+        );
+        inputs.insert(
+            names::SIN.into(),
+            input(names::SIN, dtype, vec![1, 1, d, t], sin)?,
+        );
+        inputs.insert(
+            names::MASK.into(),
+            input(names::MASK, dtype, vec![1, 1, t, context], mask)?,
+        );
+        inputs.insert(
+            names::POSITION.into(),
+            input(names::POSITION, DType::I32, vec![1], vec![first as f32])?,
+        );
+        for (index, chunk) in p.chunks.iter().enumerate() {
+            inputs.insert(
+                names::HIDDEN_IN.into(),
+                input(names::HIDDEN_IN, dtype, vec![1, h, 1, t], hidden)?,
+            );
+            let mut outputs = p
+                .backend
+                .predict(
+                    &chunk.package,
+                    function,
+                    &inputs,
+                    &mut self.chunk_states[index],
+                )
+                .map_err(|e| backend_error(&p.backend, &chunk.path, function, e))?;
+            let out = take_output(
+                &mut outputs,
+                &chunk.path,
+                function,
+                names::HIDDEN_OUT,
+                h * t,
+            )?;
+            if let Some(trace) = trace.as_deref_mut() {
+                for col in 0..window.len() {
+                    trace[index].extend(column(&out, h, t, col));
+                }
+            }
+            hidden = out;
+        }
+        Ok(hidden)
+    }
+
+    /// Logits of one hidden vector: host final norm + LM head, or the LM-head package.
+    fn head(&mut self, x: &[f32]) -> Result<Vec<f32>, PipelineError> {
+        let p = self.pipeline;
+        let Some((path, package)) = &p.lm_head else {
+            return Ok(p.host.logits(x));
+        };
+        let entry = p
+            .manifest
+            .lm_head
+            .as_ref()
+            .ok_or_else(|| PipelineError::Manifest {
+                dir: p.dir.clone(),
+                problem: "lm_head package loaded without a manifest entry".into(),
+            })?;
+        let h = x.len();
+        let tensor =
+            Tensor::new(p.activation_dtype, vec![1, h, 1, 1], x.to_vec()).map_err(|e| {
+                PipelineError::Output {
+                    package: path.clone(),
+                    function: lm_head::FUNCTION.into(),
+                    output: lm_head::INPUT.into(),
+                    problem: format!("building the input: {e}"),
+                }
+            })?;
+        let inputs = HashMap::from([(lm_head::INPUT.to_string(), tensor)]);
+        let state = self
+            .head_state
+            .as_mut()
+            .ok_or_else(|| PipelineError::Manifest {
+                dir: p.dir.clone(),
+                problem: "lm_head package without a state".into(),
+            })?;
+        let mut outputs = p
+            .backend
+            .predict(package, lm_head::FUNCTION, &inputs, state)
+            .map_err(|e| backend_error(&p.backend, path, lm_head::FUNCTION, e))?;
+        let mut logits = Vec::with_capacity(p.vocab_size());
+        for (i, (first, len)) in entry.vocab_slices.iter().enumerate() {
+            if *first != logits.len() {
+                return Err(PipelineError::Manifest {
+                    dir: p.dir.clone(),
+                    problem: format!(
+                        "lm_head vocab slice {i} starts at {first}, expected {}",
+                        logits.len()
+                    ),
+                });
+            }
+            let name = format!("logits_{i}");
+            logits.extend(take_output(
+                &mut outputs,
+                path,
+                lm_head::FUNCTION,
+                &name,
+                *len,
+            )?);
+        }
+        if logits.len() != p.vocab_size() {
+            return Err(PipelineError::Manifest {
+                dir: p.dir.clone(),
+                problem: format!(
+                    "lm_head vocab slices cover {} ids, the vocabulary has {}",
+                    logits.len(),
+                    p.vocab_size()
+                ),
+            });
+        }
+        Ok(logits)
+    }
+}
+
+fn take_output(
+    outputs: &mut HashMap<String, Tensor>,
+    package: &std::path::Path,
+    function: &str,
+    name: &str,
+    numel: usize,
+) -> Result<Vec<f32>, PipelineError> {
+    let bad = |problem: String| PipelineError::Output {
+        package: package.to_path_buf(),
+        function: function.to_string(),
+        output: name.to_string(),
+        problem,
+    };
+    let t = outputs.remove(name).ok_or_else(|| {
+        bad(format!(
+            "missing (outputs: {:?})",
+            outputs.keys().collect::<Vec<_>>()
+        ))
+    })?;
+    if t.data.len() != numel {
+        return Err(bad(format!("{} values, expected {numel}", t.data.len())));
+    }
+    Ok(t.data)
+}
+
+/// Column `col` of a `[rows, t]` row-major matrix (one token's vector in the BC1S layout).
+fn column(data: &[f32], rows: usize, t: usize, col: usize) -> Vec<f32> {
+    (0..rows).map(|r| data[r * t + col]).collect()
+}
+
+/// The `mask` input `[1, 1, t, context]` for `t` tokens written at slots `first..first + t`:
+/// query `i` sees slots `0..=first + i`; every other slot gets `hidden` (finite, −1e4).
+pub fn causal_mask(context: usize, first: usize, t: usize, hidden: f32) -> Vec<f32> {
+    let mut mask = vec![hidden; t * context];
+    for i in 0..t {
+        let visible = (first + i + 1).min(context);
+        mask[i * context..i * context + visible].fill(0.0);
+    }
+    mask
+}
+
+impl<B: Backend> LogitsModel for Session<'_, B> {
+    fn reset(&mut self) {
+        Session::reset(self)
+    }
+
+    fn feed(&mut self, ids: &[u32]) -> Result<Vec<f32>, RuntimeError> {
+        let backend = self.pipeline.backend.name();
+        Session::feed(self, ids).map_err(|e| RuntimeError::Backend {
+            backend,
+            source: Box::new(e),
+        })
+    }
+
+    fn vocab_size(&self) -> usize {
+        self.pipeline.vocab_size()
+    }
+
+    fn context_len(&self) -> usize {
+        self.pipeline.context()
+    }
+
+    fn position(&self) -> usize {
+        self.position
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mask_hides_future_and_unfilled_slots() {
+        let m = causal_mask(6, 2, 2, -1e4);
+        assert_eq!(&m[..6], &[0., 0., 0., -1e4, -1e4, -1e4]);
+        assert_eq!(&m[6..], &[0., 0., 0., 0., -1e4, -1e4]);
+    }
+
+    #[test]
+    fn column_reads_one_token_of_bc1s() {
+        // [rows=2, t=3]
+        let d = [1., 2., 3., 4., 5., 6.];
+        assert_eq!(column(&d, 2, 3, 1), vec![2., 5.]);
+    }
+}
