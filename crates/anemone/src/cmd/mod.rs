@@ -1,5 +1,3 @@
 //! One module per verb.
 
-pub mod convert;
 pub mod generate;
-pub mod inspect;
