@@ -1,1 +1,274 @@
 //! Weight compression: int8/int4 linear quantization and LUT palettization with measured error.
+//!
+//! ```
+//! use anemone_compress::{compress, emit_weight, Scheme};
+//! use anemone_mil::{DType, FunctionBuilder, TensorType};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let (o, i) = (64, 32);
+//! let w: Vec<f32> = (0..o * i).map(|k| ((k * 37 % 101) as f32 - 50.0) * 1e-3).collect();
+//! let c = compress("layers.0.mlp.up_proj", &w, &[o, i, 1, 1], &"lut4:group=16".parse()?)?;
+//! assert!(c.stats.relative_rms < 0.1);
+//!
+//! let mut f = FunctionBuilder::new("main");
+//! let x = f.input("x", TensorType::new(DType::F16, [1, i, 1, 8]))?;
+//! let weight = emit_weight(&mut f, "up_proj_weight", &c)?; // constexpr_lut_to_dense
+//! let y = f.conv1x1("up_proj", x, weight, None)?;
+//! f.output(y)?;
+//! # Ok(()) }
+//! ```
+//!
+//! Shapes: weights are `[O, I]` (linear) or `[O, I, kH, kW]` (conv); axis 0 holds output
+//! channels, axis 1 input channels. Linear schemes put one fp16 scale per output channel or per
+//! block of input channels (scale shape `[O, I/B, 1…]`); palettes put one fp16 LUT per group of
+//! output channels (LUT shape `[O/G, 1, 1…, 2^bits, 1]`) — the payload rules of coremltools'
+//! iOS18 `constexpr_blockwise_shift_scale` / `constexpr_lut_to_dense`.
+
+mod cluster;
+mod config;
+mod error;
+mod layout;
+mod linear;
+mod pack;
+mod palette;
+mod scheme;
+mod stats;
+
+pub use cluster::{cluster, Clustering, KmeansAlgorithm, SortedPoints};
+pub use config::{CompressConfig, CompressRule};
+pub use error::{CompressError, Result};
+pub use scheme::{LinearBits, PaletteMode, Scheme, DEFAULT_GROUP_SIZE, PALETTE_BITS};
+pub use stats::ErrorStats;
+
+use anemone_mil::{DType, FunctionBuilder, TensorData, Var};
+use half::f16;
+
+use layout::{check_finite, Layout};
+
+/// The constexpr payload of one compressed weight.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Payload {
+    /// `constexpr_blockwise_shift_scale`: `data` int8/int4 of the weight's shape, `scale` fp16
+    /// `[O, I/B, 1…]`.
+    BlockwiseShiftScale { data: TensorData, scale: TensorData },
+    /// `constexpr_lut_to_dense`: `indices` uintN of the weight's shape, `lut` fp16
+    /// `[O/G, 1, 1…, 2^N, 1]`.
+    LutToDense {
+        indices: TensorData,
+        lut: TensorData,
+    },
+}
+
+/// A compressed weight: what the constexpr op needs and how close it reconstructs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Compressed {
+    pub scheme: Scheme,
+    pub shape: Vec<usize>,
+    pub payload: Payload,
+    pub stats: ErrorStats,
+}
+
+impl Compressed {
+    /// Bytes the payload occupies in weight.bin (data + scales / indices + LUTs).
+    pub fn payload_bytes(&self) -> usize {
+        match &self.payload {
+            Payload::BlockwiseShiftScale { data, scale } => {
+                data.bytes().len() + scale.bytes().len()
+            }
+            Payload::LutToDense { indices, lut } => indices.bytes().len() + lut.bytes().len(),
+        }
+    }
+
+    /// The dense weight Core ML reconstructs (fp16 values as f32), decoded from the payload.
+    pub fn decompress(&self) -> Vec<f32> {
+        match &self.payload {
+            Payload::BlockwiseShiftScale { data, scale } => {
+                let q = data.to_f32_vec();
+                let s = scale.to_f32_vec();
+                let block = q.len() / s.len();
+                q.iter()
+                    .enumerate()
+                    .map(|(i, &v)| f16::from_f32(v * s[i / block]).to_f32())
+                    .collect()
+            }
+            Payload::LutToDense { indices, lut } => {
+                let idx = indices.to_f32_vec();
+                let table = lut.to_f32_vec();
+                let size = 1usize << indices.dtype().bits();
+                let group_len = idx.len() / (table.len() / size);
+                idx.iter()
+                    .enumerate()
+                    .map(|(i, &k)| table[(i / group_len) * size + k as usize])
+                    .collect()
+            }
+        }
+    }
+}
+
+/// Tuning beyond the scheme.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CompressOptions<'a> {
+    /// Per-weight importance (e.g. squared activations or a Fisher diagonal), same length as
+    /// the weight, finite and `>= 0`: k-means minimizes the importance-weighted squared error.
+    /// Ignored by linear and uniform schemes.
+    pub importance: Option<&'a [f32]>,
+    pub kmeans: KmeansAlgorithm,
+}
+
+
+/// Compresses one weight with default options. `tensor` names it in errors.
+pub fn compress(
+    tensor: &str,
+    weights: &[f32],
+    shape: &[usize],
+    scheme: &Scheme,
+) -> Result<Compressed> {
+    compress_with(tensor, weights, shape, scheme, &CompressOptions::default())
+}
+
+fn shape_error(tensor: &str, shape: &[usize], scheme: &Scheme, detail: String) -> CompressError {
+    CompressError::ShapeMismatch {
+        tensor: tensor.into(),
+        shape: shape.to_vec(),
+        scheme: scheme.to_string(),
+        detail,
+    }
+}
+
+pub fn compress_with(
+    tensor: &str,
+    weights: &[f32],
+    shape: &[usize],
+    scheme: &Scheme,
+    options: &CompressOptions,
+) -> Result<Compressed> {
+    scheme.validate()?;
+    let layout = Layout::new(tensor, shape, weights.len(), &scheme.to_string())?;
+    check_finite(tensor, "weights", weights)?;
+    let mil = |source| CompressError::Mil {
+        tensor: tensor.into(),
+        source,
+    };
+    let (payload, stats) = match *scheme {
+        Scheme::Linear { bits, block_size } => {
+            let block = block_size.unwrap_or(layout.in_channels);
+            if layout.in_channels % block != 0 {
+                return Err(shape_error(
+                    tensor,
+                    shape,
+                    scheme,
+                    format!(
+                        "block size {block} does not divide {} input channels",
+                        layout.in_channels
+                    ),
+                ));
+            }
+            let lq = linear::quantize(tensor, weights, &layout, bits, block_size)?;
+            let mut scale_shape = vec![1; shape.len()];
+            scale_shape[0] = layout.out_channels;
+            scale_shape[1] = lq.blocks_per_row;
+            let data = match bits {
+                LinearBits::Int8 => TensorData::from_bytes(DType::I8, shape.to_vec(), lq.q),
+                LinearBits::Int4 => {
+                    TensorData::from_bytes(DType::I4, shape.to_vec(), pack::pack_int4(&lq.q))
+                }
+            }
+            .map_err(mil)?;
+            let scale = TensorData::from_f16(scale_shape, &lq.scales).map_err(mil)?;
+            (Payload::BlockwiseShiftScale { data, scale }, lq.stats)
+        }
+        Scheme::Palettize {
+            bits,
+            mode,
+            group_size,
+        } => {
+            let group = if group_size == 0 {
+                layout.out_channels
+            } else {
+                group_size
+            };
+            if layout.out_channels % group != 0 {
+                return Err(shape_error(
+                    tensor,
+                    shape,
+                    scheme,
+                    format!(
+                        "group size {group} does not divide {} output channels",
+                        layout.out_channels
+                    ),
+                ));
+            }
+            if let Some(imp) = options.importance {
+                if imp.len() != weights.len() {
+                    return Err(CompressError::LengthMismatch {
+                        tensor: tensor.into(),
+                        what: "importance",
+                        shape: shape.to_vec(),
+                        got: imp.len(),
+                        want: weights.len(),
+                    });
+                }
+                if let Some(index) = imp.iter().position(|v| !v.is_finite() || *v < 0.0) {
+                    return Err(CompressError::NonFinite {
+                        tensor: tensor.into(),
+                        what: "importance",
+                        index,
+                        value: imp[index],
+                        extra: " and >= 0",
+                    });
+                }
+            }
+            let p = palette::palettize(
+                weights,
+                options.importance,
+                &layout,
+                bits,
+                mode,
+                group,
+                options.kmeans,
+            );
+            let index_dtype = match bits {
+                1 => DType::U1,
+                2 => DType::U2,
+                3 => DType::U3,
+                4 => DType::U4,
+                6 => DType::U6,
+                _ => DType::U8,
+            };
+            let indices = TensorData::from_bytes(
+                index_dtype,
+                shape.to_vec(),
+                pack::pack_bits(&p.indices, bits as usize),
+            )
+            .map_err(mil)?;
+            let mut lut_shape = vec![1; shape.len() + 2];
+            lut_shape[0] = p.groups;
+            lut_shape[shape.len()] = 1 << bits;
+            let lut = TensorData::from_f16(lut_shape, &p.luts).map_err(mil)?;
+            (Payload::LutToDense { indices, lut }, p.stats)
+        }
+    };
+    Ok(Compressed {
+        scheme: *scheme,
+        shape: shape.to_vec(),
+        payload,
+        stats,
+    })
+}
+
+/// Adds the constexpr op producing the dense fp16 weight to `f`; `name` names the op and its
+/// output value.
+pub fn emit_weight(f: &mut FunctionBuilder, name: &str, c: &Compressed) -> Result<Var> {
+    let var = match &c.payload {
+        Payload::BlockwiseShiftScale { data, scale } => {
+            f.constexpr_blockwise_shift_scale(name, data.clone(), scale.clone(), None)
+        }
+        Payload::LutToDense { indices, lut } => {
+            f.constexpr_lut_to_dense(name, indices.clone(), lut.clone())
+        }
+    };
+    var.map_err(|source| CompressError::Mil {
+        tensor: name.into(),
+        source,
+    })
+}

@@ -1,0 +1,113 @@
+//! Times anemone's compression of one Qwen3-0.6B-shaped decoder block and reports the
+//! reconstruction error, one JSON object per scheme on stdout.
+//!
+//! `compress_bench DIR [SCHEME…] [--algorithm optimal|lloyd|lloyd:CELLS:ITERS:TOL] [--only TENSOR]` reads `DIR/<name>.f32`
+//! (little-endian f32, written by `benches/compress_vs_coremltools.sh`); the error is the
+//! relative RMS over the whole block, `sqrt(Σ‖w−ŵ‖² / Σ‖w‖²)`.
+
+use std::time::Instant;
+
+use anemone_compress::{compress_with, CompressOptions, KmeansAlgorithm, Scheme};
+
+/// Projection weights of one Qwen3-0.6B block, `[out, in]`.
+const BLOCK: [(&str, usize, usize); 7] = [
+    ("q_proj", 2048, 1024),
+    ("k_proj", 1024, 1024),
+    ("v_proj", 1024, 1024),
+    ("o_proj", 1024, 2048),
+    ("gate_proj", 3072, 1024),
+    ("up_proj", 3072, 1024),
+    ("down_proj", 1024, 3072),
+];
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let mut algorithm = KmeansAlgorithm::default();
+    if let Some(i) = args.iter().position(|a| a == "--algorithm") {
+        let name = args.get(i + 1).ok_or("--algorithm needs a value")?.clone();
+        algorithm = match name.as_str() {
+            "optimal" => KmeansAlgorithm::Optimal,
+            "lloyd" => KmeansAlgorithm::LLOYD,
+            lloyd if lloyd.starts_with("lloyd:") => {
+                // lloyd:SEED_CELLS:MAX_ITERS:TOLERANCE
+                let mut it = lloyd.split(':').skip(1);
+                let mut next = || it.next().ok_or("expected lloyd:SEED_CELLS:ITERS:TOL");
+                KmeansAlgorithm::Lloyd {
+                    seed_cells_per_cluster: next()?.parse()?,
+                    max_iters: next()?.parse()?,
+                    tolerance: next()?.parse()?,
+                }
+            }
+            other => return Err(format!("unknown algorithm {other}").into()),
+        };
+        args.drain(i..i + 2);
+    }
+    let mut only: Option<String> = None;
+    if let Some(i) = args.iter().position(|a| a == "--only") {
+        only = Some(args.get(i + 1).ok_or("--only needs a tensor name")?.clone());
+        args.drain(i..i + 2);
+    }
+    let dir = std::path::PathBuf::from(args.first().ok_or("usage: compress_bench DIR [SCHEME…]")?);
+    let schemes: Vec<Scheme> = if args.len() > 1 {
+        args[1..]
+            .iter()
+            .map(|s| s.parse())
+            .collect::<Result<_, _>>()?
+    } else {
+        vec![Scheme::int8(), Scheme::kmeans(4), Scheme::kmeans(8)]
+    };
+    let weights: Vec<(String, Vec<usize>, Vec<f32>)> = BLOCK
+        .iter()
+        .filter(|(name, _, _)| only.as_deref().is_none_or(|o| o == *name))
+        .map(|&(name, o, i)| {
+            let bytes = std::fs::read(dir.join(format!("{name}.f32")))?;
+            if bytes.len() != o * i * 4 {
+                return Err(
+                    format!("{name}.f32: {} bytes, expected {}", bytes.len(), o * i * 4).into(),
+                );
+            }
+            let values = bytes
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect();
+            Ok((name.to_string(), vec![o, i], values))
+        })
+        .collect::<Result<_, Box<dyn std::error::Error>>>()?;
+    let options = CompressOptions {
+        importance: None,
+        kmeans: algorithm,
+    };
+    for scheme in schemes {
+        let start = Instant::now();
+        let mut compressed = Vec::new();
+        for (name, shape, w) in &weights {
+            compressed.push(compress_with(name, w, shape, &scheme, &options)?);
+        }
+        let seconds = start.elapsed().as_secs_f64();
+        let (mut err2, mut ref2, mut max_abs) = (0f64, 0f64, 0f64);
+        for ((_, _, w), c) in weights.iter().zip(&compressed) {
+            let r = c.decompress();
+            for (&a, &b) in w.iter().zip(&r) {
+                let d = a as f64 - b as f64;
+                err2 += d * d;
+                ref2 += a as f64 * a as f64;
+                max_abs = max_abs.max(d.abs());
+            }
+        }
+        let bytes: usize = compressed.iter().map(|c| c.payload_bytes()).sum();
+        println!(
+            "{}",
+            serde_json::json!({
+                "tool": "anemone",
+                "scheme": scheme.to_string(),
+                "algorithm": format!("{algorithm:?}"),
+                "threads": rayon::current_num_threads(),
+                "seconds": seconds,
+                "relative_rms": (err2 / ref2).sqrt(),
+                "max_abs": max_abs,
+                "payload_bytes": bytes,
+            })
+        );
+    }
+    Ok(())
+}
