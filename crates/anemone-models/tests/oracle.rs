@@ -43,7 +43,11 @@ fn fixtures() -> Vec<Fixture> {
         })
         .collect();
     out.sort_by(|a, b| a.name.cmp(&b.name));
-    assert!(out.len() >= 3, "expected oracle fixtures under {}", root.display());
+    assert!(
+        out.len() >= 3,
+        "expected oracle fixtures under {}",
+        root.display()
+    );
     out
 }
 
@@ -110,7 +114,12 @@ fn greedy_logits_and_hidden_states_match_transformers() {
                 "{}: step {step}, token {i}: ours {g}, transformers {w}",
                 f.name
             );
-            assert_eq!(argmax(&step_logits), want_id, "{}: greedy step {step}", f.name);
+            assert_eq!(
+                argmax(&step_logits),
+                want_id,
+                "{}: greedy step {step}",
+                f.name
+            );
             step_logits = model.forward(&[want_id], LogitsFor::LastPosition).unwrap();
         }
     }
@@ -127,7 +136,9 @@ fn one_prefill_equals_prefill_then_decode() {
         model.reset();
         assert_eq!(model.position(), 0);
         let split = f.prompt_ids.len();
-        let first = model.forward(&sequence[..split], LogitsFor::LastPosition).unwrap();
+        let first = model
+            .forward(&sequence[..split], LogitsFor::LastPosition)
+            .unwrap();
         let mut rows = vec![first];
         for &id in &sequence[split..] {
             rows.push(model.forward(&[id], LogitsFor::LastPosition).unwrap());
@@ -163,7 +174,11 @@ fn context_overflow_and_bad_tokens_are_errors() {
         ),
         "{err}"
     );
-    assert_eq!(model.position(), n, "a rejected forward leaves the cache unchanged");
+    assert_eq!(
+        model.position(),
+        n,
+        "a rejected forward leaves the cache unchanged"
+    );
     model.forward(&[1], LogitsFor::LastPosition).unwrap();
 
     model.reset();

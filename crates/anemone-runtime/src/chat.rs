@@ -93,8 +93,8 @@ mod tests {
             .render(&[ChatMessage::new("user", "  hi  ")], false)
             .unwrap();
         assert_eq!(out, "  HI!<s>", "as jinja2 renders it");
-        let t = ChatTemplate::new("{{ raise_exception('roles must alternate') }}", None, None)
-            .unwrap();
+        let t =
+            ChatTemplate::new("{{ raise_exception('roles must alternate') }}", None, None).unwrap();
         let err = t.render(&[], true).unwrap_err().to_string();
         assert!(err.contains("roles must alternate"), "{err}");
         assert!(matches!(

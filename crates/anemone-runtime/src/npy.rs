@@ -80,19 +80,19 @@ fn parse_f32(bytes: &[u8]) -> Result<NpyArray, String> {
         return Err("missing the \\x93NUMPY magic".into());
     }
     let (header_len, header_start) = match bytes[6] {
-        1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
+        1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10usize),
         2 | 3 if bytes.len() >= 12 => (
             u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize,
             12,
         ),
         v => return Err(format!("unsupported version {v}")),
     };
-    let data_start = (header_start as usize)
+    let data_start = header_start
         .checked_add(header_len)
         .filter(|&end| end <= bytes.len())
         .ok_or("header runs past the end of the file")?;
-    let header = std::str::from_utf8(&bytes[header_start..data_start])
-        .map_err(|_| "header is not UTF-8")?;
+    let header =
+        std::str::from_utf8(&bytes[header_start..data_start]).map_err(|_| "header is not UTF-8")?;
     let field = |key: &str| -> Result<&str, String> {
         let at = header
             .find(&format!("'{key}'"))
@@ -112,7 +112,10 @@ fn parse_f32(bytes: &[u8]) -> Result<NpyArray, String> {
         .split(',')
         .map(str::trim)
         .filter(|s| !s.is_empty())
-        .map(|s| s.parse::<usize>().map_err(|_| format!("bad dimension {s:?}")))
+        .map(|s| {
+            s.parse::<usize>()
+                .map_err(|_| format!("bad dimension {s:?}"))
+        })
         .collect::<Result<Vec<_>, _>>()?;
     let numel = shape
         .iter()

@@ -210,7 +210,10 @@ mod tests {
         // Temperature 0.5 sharpens: p ∝ p², so the first token's share grows to 0.6²/0.46.
         let mut s = sampler(0.5, None, None, 42);
         let first = (0..n).filter(|_| s.sample(&logits) == 0).count() as f64 / n as f64;
-        assert!((first - 0.36 / 0.46).abs() < 0.02, "sharpened frequency {first}");
+        assert!(
+            (first - 0.36 / 0.46).abs() < 0.02,
+            "sharpened frequency {first}"
+        );
     }
 
     #[test]

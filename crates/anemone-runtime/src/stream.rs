@@ -29,7 +29,10 @@ impl<'t> TextStream<'t> {
     /// Adds one token; returns the text it completes, if any.
     pub fn push(&mut self, id: u32) -> Result<Option<String>, RuntimeError> {
         self.ids.push(id);
-        let prefix = decode(self.tokenizer, &self.ids[self.prefix_offset..self.read_offset])?;
+        let prefix = decode(
+            self.tokenizer,
+            &self.ids[self.prefix_offset..self.read_offset],
+        )?;
         let full = decode(self.tokenizer, &self.ids[self.prefix_offset..])?;
         if full.len() > prefix.len() && !full.ends_with('\u{FFFD}') {
             if let Some(new) = full.get(prefix.len()..) {

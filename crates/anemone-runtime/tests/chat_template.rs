@@ -21,7 +21,10 @@ struct Case {
 }
 
 fn cases() -> BTreeMap<String, TemplateCases> {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/chat/cases.json");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/chat/cases.json"
+    );
     serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
 }
 

@@ -51,7 +51,11 @@ fn oracle_dirs() -> Vec<PathBuf> {
         .filter(|d| d.join("oracle.json").is_file())
         .collect();
     dirs.sort();
-    assert!(dirs.len() >= 3, "expected oracle fixtures in {}", root.display());
+    assert!(
+        dirs.len() >= 3,
+        "expected oracle fixtures in {}",
+        root.display()
+    );
     dirs
 }
 
@@ -113,7 +117,10 @@ fn greedy_json_and_dumped_logits_match_transformers() {
         assert_eq!(report.prompt_ids, prompt, "{name}");
         assert_eq!(report.generated_ids, greedy, "{name}: greedy ids");
         assert_eq!(report.text, "", "{name}: no tokenizer, so no text");
-        assert!(report.prefill_tok_s > 0.0 && report.decode_tok_s > 0.0, "{name}");
+        assert!(
+            report.prefill_tok_s > 0.0 && report.decode_tok_s > 0.0,
+            "{name}"
+        );
         assert!(
             String::from_utf8_lossy(&out.stderr).contains("tok/s"),
             "{name}: speed on stderr"
@@ -134,7 +141,10 @@ fn greedy_json_and_dumped_logits_match_transformers() {
             forced.to_str().unwrap(),
         ]);
         let report: Report = serde_json::from_slice(&out.stdout).unwrap();
-        assert_eq!(report.generated_ids, greedy, "{name}: forced ids are the output");
+        assert_eq!(
+            report.generated_ids, greedy,
+            "{name}: forced ids are the output"
+        );
         assert_logits_close(
             &format!("{name} (forced)"),
             &npy::read_f32(&forced).unwrap(),
@@ -186,7 +196,14 @@ fn errors_name_the_problem() {
     assert!(stderr.contains("no tokenizer"), "{stderr}");
 
     // max_position_embeddings of the fixtures is 256: prompt + 300 tokens cannot fit.
-    let out = anemone(&["generate", dir, "--prompt-ids", "1,2,3", "--max-tokens", "300"]);
+    let out = anemone(&[
+        "generate",
+        dir,
+        "--prompt-ids",
+        "1,2,3",
+        "--max-tokens",
+        "300",
+    ]);
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("beyond the context length 256"), "{stderr}");
@@ -273,6 +290,14 @@ fn smollm2_streams_paris() {
     ]);
     let report: Report = serde_json::from_slice(&out.stdout).unwrap();
     // The chat template opens with SmolLM2's system prompt and ends with the assistant header.
-    assert_eq!(&report.prompt_ids[..3], &[1, 9690, 198], "<|im_start|>system\\n");
-    assert!(report.text.contains("Paris"), "chat answer {:?}", report.text);
+    assert_eq!(
+        &report.prompt_ids[..3],
+        &[1, 9690, 198],
+        "<|im_start|>system\\n"
+    );
+    assert!(
+        report.text.contains("Paris"),
+        "chat answer {:?}",
+        report.text
+    );
 }

@@ -26,7 +26,11 @@ pub struct GenerateArgs {
     pub model: PathBuf,
 
     /// Prompt text (encoded with the checkpoint's tokenizer).
-    #[arg(long, required_unless_present = "prompt_ids", conflicts_with = "prompt_ids")]
+    #[arg(
+        long,
+        required_unless_present = "prompt_ids",
+        conflicts_with = "prompt_ids"
+    )]
     pub prompt: Option<String>,
 
     /// Prompt as comma-separated token ids (works without a tokenizer).
