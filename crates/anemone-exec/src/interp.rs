@@ -328,6 +328,16 @@ fn run_step(fr: &mut Frame, step: &Step) -> Result<Vec<Tensor>, String> {
             let ty = out_ty.ok_or("conv declares no output")?;
             let (xt, wt) = (fr.get(*x)?, fr.get(*weight)?);
             let bt = bias.map(|b| fr.get(b)).transpose()?;
+            let single_token =
+                xt.numel() == xt.shape[1] && params.strides == [1, 1] && params.pad == [0, 0, 0, 0];
+            if let (true, Some(w16)) = (single_token, fr.f.half_weights.get(weight)) {
+                let mut data = vec![0.0f32; ty.numel()];
+                linalg::matvec_f16(&mut data, w16, &xt.data)?;
+                if let Some(b) = bt {
+                    data.iter_mut().zip(&b.data).for_each(|(v, b)| *v += b);
+                }
+                return one(data);
+            }
             let data = linalg::conv2d(
                 &xt.data,
                 &xt.shape,
@@ -361,9 +371,14 @@ fn run_step(fr: &mut Frame, step: &Step) -> Result<Vec<Tensor>, String> {
             let (out_f, in_f) = (wt.shape[0], wt.shape[1]);
             let rows = xt.numel() / in_f.max(1);
             let mut data = vec![0.0f32; rows * out_f];
-            let xm = linalg::MatRef::row_major(&xt.data, rows, in_f);
-            let wm = linalg::MatRef::row_major(&wt.data, out_f, in_f).transposed();
-            linalg::matmul_into(&mut data, xm, wm, false)?;
+            match fr.f.half_weights.get(weight) {
+                Some(w16) if rows == 1 => linalg::matvec_f16(&mut data, w16, &xt.data)?,
+                _ => {
+                    let xm = linalg::MatRef::row_major(&xt.data, rows, in_f);
+                    let wm = linalg::MatRef::row_major(&wt.data, out_f, in_f).transposed();
+                    linalg::matmul_into(&mut data, xm, wm, false)?;
+                }
+            }
             if let Some(b) = bias {
                 let bt = fr.get(*b)?;
                 for row in data.chunks_mut(out_f.max(1)) {

@@ -5,7 +5,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anemone_mil::{Function, Op, TensorData, TensorType, Var};
+use anemone_mil::{DType, Function, Op, TensorData, TensorType, Var};
+use half::f16;
 
 use crate::decompress::{blockwise_shift_scale, const_tensor, lut_to_dense};
 use crate::error::{ExecError, Result};
@@ -47,6 +48,8 @@ pub(crate) struct PreparedFunction {
     pub output_vars: Vec<Var>,
     pub value_names: Vec<String>,
     pub constants: Vec<(Var, Arc<Tensor>)>,
+    /// fp16 copies of fp16 projection weights (1×1 conv, linear) for single-token matvecs.
+    pub half_weights: HashMap<Var, Arc<Vec<f16>>>,
     pub steps: Vec<Step>,
 }
 
@@ -101,10 +104,11 @@ impl LoadedPackage {
             source,
         })?;
         let mut cache: HashMap<ConstKey, Arc<Tensor>> = HashMap::new();
+        let mut halves: HashMap<*const Tensor, Arc<Vec<f16>>> = HashMap::new();
         let functions = program
             .functions()
             .iter()
-            .map(|f| prepare(path, f, &mut cache))
+            .map(|f| prepare(path, f, &mut cache, &mut halves))
             .collect::<Result<Vec<_>>>()?;
         Ok(LoadedPackage {
             path: path.to_path_buf(),
@@ -204,6 +208,7 @@ fn prepare(
     path: &Path,
     f: &Function,
     cache: &mut HashMap<ConstKey, Arc<Tensor>>,
+    halves: &mut HashMap<*const Tensor, Arc<Vec<f16>>>,
 ) -> Result<PreparedFunction> {
     let mut constants = Vec::new();
     let mut steps = Vec::new();
@@ -235,6 +240,24 @@ fn prepare(
         });
     }
     plan_lifetimes(f, &mut steps);
+    let mut half_weights = HashMap::new();
+    for s in &steps {
+        let weight = match &s.op {
+            Op::Conv { weight, params, .. } if params.groups == 1 => *weight,
+            Op::Linear { weight, .. } => *weight,
+            _ => continue,
+        };
+        let Some((_, t)) = constants.iter().find(|(v, _)| *v == weight) else {
+            continue;
+        };
+        let pointwise = t.shape.len() == 2 || t.shape[2..].iter().all(|&d| d == 1);
+        if t.dtype == DType::F16 && pointwise {
+            let h = halves
+                .entry(Arc::as_ptr(t))
+                .or_insert_with(|| Arc::new(t.data.iter().map(|&v| f16::from_f32(v)).collect()));
+            half_weights.insert(weight, h.clone());
+        }
+    }
     let input_vars: Vec<Var> = f.tensor_inputs().collect();
     let state_vars: Vec<Var> = f.state_inputs().collect();
     let output_vars = f.outputs().to_vec();
@@ -250,6 +273,7 @@ fn prepare(
         output_vars,
         value_names: f.values().iter().map(|v| v.name.clone()).collect(),
         constants,
+        half_weights,
         steps,
     })
 }

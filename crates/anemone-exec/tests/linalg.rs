@@ -140,6 +140,55 @@ fn pointwise_conv_decode_and_prefill() {
         true,
         Precision::Fp16,
     );
+    // fp16 weights, T = 1: the fp16-weight matvec path
+    conv_case(
+        [1, 300, 1, 1],
+        [2000, 300, 1, 1],
+        ConvParams::default(),
+        true,
+        Precision::Fp16,
+    );
+    conv_case(
+        [1, 7, 1, 1],
+        [5, 7, 1, 1],
+        ConvParams::default(),
+        false,
+        Precision::Fp16,
+    );
+}
+
+#[test]
+fn fp16_linear_single_row_matches_naive() {
+    let (inf, outf) = (40usize, 300usize);
+    let r16 = |v: Vec<f32>| -> Vec<f32> {
+        v.into_iter()
+            .map(|a| half::f16::from_f32(a).to_f32())
+            .collect()
+    };
+    let x = r16(values(inf, 34, 1.0));
+    let w = r16(values(outf * inf, 35, 0.5));
+    let b = r16(values(outf, 36, 0.5));
+    let mut f = FunctionBuilder::new("main");
+    let xi = f.input("x", TensorType::new(DType::F16, [1, inf])).unwrap();
+    let wv = f.const_f16("w", &[outf, inf], &w).unwrap();
+    let bv = f.const_f16("b", &[outf], &b).unwrap();
+    let y = f.linear("y", xi, wv, Some(bv)).unwrap();
+    f.output(y).unwrap();
+    let out = run(
+        f.finish().unwrap(),
+        vec![("x", Tensor::f16(vec![1, inf], x.clone()).unwrap())],
+        Precision::Fp16,
+    );
+    let want: Vec<f32> = (0..outf)
+        .map(|o| {
+            let s: f64 = (0..inf)
+                .map(|i| x[i] as f64 * w[o * inf + i] as f64)
+                .sum::<f64>()
+                + b[o] as f64;
+            half::f16::from_f64(s).to_f32()
+        })
+        .collect();
+    assert_close("fp16 linear", &out["y"].data, &want, F16_ROUNDED_SUM);
 }
 
 #[test]

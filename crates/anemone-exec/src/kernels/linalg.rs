@@ -153,6 +153,45 @@ fn matvec_strided(dst: &mut [f32], a: MatRef, x: &[f32], accumulate: bool) {
     }
 }
 
+/// `dst = W · x` for an fp16 row-major `W [rows × x.len()]`: each row is widened to f32 in
+/// short chunks (F16C where available) and summed in f32. Half the memory traffic of an f32
+/// matvec, which is what bounds a single-token projection.
+pub fn matvec_f16(dst: &mut [f32], w: &[half::f16], x: &[f32]) -> Result<(), String> {
+    use half::slice::HalfFloatSliceExt;
+    let k = x.len();
+    if w.len() != dst.len() * k {
+        return Err(format!(
+            "fp16 matvec: weight of {} values for {} rows of {k}",
+            w.len(),
+            dst.len()
+        ));
+    }
+    const CHUNK: usize = 256;
+    let kernel = |(t, chunk): (usize, &mut [f32])| {
+        let mut buf = [0.0f32; CHUNK];
+        for (r, d) in chunk.iter_mut().enumerate() {
+            let row = &w[(t * MATVEC_ROWS_PER_TASK + r) * k..][..k];
+            let mut acc = 0.0f32;
+            for (wc, xc) in row.chunks(CHUNK).zip(x.chunks(CHUNK)) {
+                let b = &mut buf[..wc.len()];
+                wc.convert_to_f32_slice(b);
+                acc += dot(b, xc);
+            }
+            *d = acc;
+        }
+    };
+    if dst.len() * k >= PARALLEL_WORK {
+        dst.par_chunks_mut(MATVEC_ROWS_PER_TASK)
+            .enumerate()
+            .for_each(kernel);
+    } else {
+        dst.chunks_mut(MATVEC_ROWS_PER_TASK)
+            .enumerate()
+            .for_each(kernel);
+    }
+    Ok(())
+}
+
 /// 2-D convolution of `x [N, C, H, W]` with `w [O, C/groups, kH, kW]` into `[N, O, oH, oW]`.
 pub fn conv2d(
     x: &[f32],

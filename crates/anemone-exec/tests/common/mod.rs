@@ -128,5 +128,6 @@ pub fn flat(idx: &[usize], shape: &[usize]) -> usize {
 }
 
 /// An fp16-rounded sum compared with the f64 sum rounded to fp16: f32 accumulation may land
-/// on the other side of a rounding boundary, one fp16 ulp (2^-10 relative) at most.
+/// on the other side of a rounding boundary, one fp16 ulp, i.e. 2^-8 for outputs up to 4 in
+/// magnitude (the tolerance is relative to max(1, |want|)).
 pub const F16_ROUNDED_SUM: f32 = 9.8e-4 * 4.0;
