@@ -4,6 +4,7 @@
 pub mod backend;
 pub mod chat;
 pub mod error;
+pub mod gate;
 pub mod generate;
 pub mod model;
 pub mod npy;

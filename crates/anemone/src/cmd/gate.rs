@@ -1,0 +1,311 @@
+//! `anemone gate`: converted bundles against the fp32 reference forward (top-1, cosine, KL,
+//! canary, per-chunk parity), with a JSON report, an SVG plot and exit status 1 on failure.
+
+use std::path::{Path, PathBuf};
+
+use anemone_checkpoint::Checkpoint;
+use anemone_models::reference::{ReferenceModel, ReferenceOptions};
+use anemone_runtime::backend::{ExecPrecision, ExecutorBackend};
+use anemone_runtime::gate::{self, plot, GateOptions, GateReport};
+use anemone_runtime::pipeline::{Pipeline, PipelineOptions};
+use anyhow::{bail, Context, Result};
+use clap::Args;
+
+/// Gate converted bundles against the fp32 reference forward of the checkpoint they came from.
+///
+/// Every prompt is teacher-forced along one token path (the reference's greedy path, or the
+/// prompt file's force_ids) so one flip does not cascade. Per step: top-1 agreement with the
+/// reference's top-1/top-2 margin (steps under --near-tie are reported apart), logits cosine, KL,
+/// max abs error. Per chunk: cosine and max abs error of its output against the reference's
+/// residual stream at that depth, and the largest |activation| (fp16 overflow shows as inf).
+/// Exit status 1 names the first failing chunk or step.
+///
+/// Examples:
+///   anemone gate bundles/smollm2 --reference models/smollm2-135m-instruct.Q4_1.gguf
+///   anemone gate b-naive b-layernorm b-max --reference model.gguf --json --plot depth.svg
+///   anemone gate bundles/smollm2 --reference model.gguf --precision fp16,fp32 --steps 16
+#[derive(Debug, Args)]
+#[command(verbatim_doc_comment)]
+pub struct GateArgs {
+    /// Bundle directories (written by `anemone convert`); each is one variant of the report.
+    #[arg(required = true)]
+    pub bundles: Vec<PathBuf>,
+
+    /// The checkpoint the bundles were converted from (Hugging Face dir or .gguf).
+    #[arg(long)]
+    pub reference: PathBuf,
+
+    /// Prompts: JSON (strings or {prompt|prompt_ids, expect?, force_ids?} objects, or an object
+    /// with such a "prompts" list) or text, one prompt per line. Default: built-in prompts
+    /// including the canary "The capital of France is" → " Paris".
+    #[arg(long)]
+    pub prompts: Option<PathBuf>,
+
+    /// Logits vectors compared per prompt (after the prompt, then after each forced token).
+    #[arg(long, default_value_t = 8)]
+    pub steps: usize,
+
+    /// Executor precision(s), comma-separated: each bundle runs once per precision. Default: the
+    /// bundle's own precision.
+    #[arg(long, value_delimiter = ',')]
+    pub precision: Vec<ExecPrecision>,
+
+    /// Least fraction of steps (margin ≥ --near-tie) whose top-1 agrees.
+    #[arg(long, default_value_t = 1.0)]
+    pub min_top1: f64,
+
+    /// Least logits cosine at every step.
+    #[arg(long, default_value_t = 0.999)]
+    pub min_cosine: f64,
+
+    /// Least per-token hidden-state cosine at every chunk output.
+    #[arg(long, default_value_t = GateOptions::default().min_chunk_cosine)]
+    pub min_chunk_cosine: f64,
+
+    /// Reference top-1/top-2 margins (logits) below this are near-ties: a flip there does not
+    /// count against --min-top1.
+    #[arg(long, default_value_t = 0.5)]
+    pub near_tie: f32,
+
+    /// Print one JSON object {"passed", "reports": [...]} on stdout instead of the summary.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Write an SVG of per-layer hidden-state cosine against depth, one line per variant.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
+
+    /// Threads of the reference forward (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+
+    /// Skip checking the bundle files against the manifest's sha256.
+    #[arg(long)]
+    pub no_verify: bool,
+}
+
+#[derive(serde::Serialize)]
+struct JsonOutput<'a> {
+    passed: bool,
+    reports: &'a [GateReport],
+}
+
+pub fn run(args: GateArgs) -> Result<()> {
+    let options = GateOptions {
+        steps: args.steps,
+        min_top1: args.min_top1,
+        min_cosine: args.min_cosine,
+        min_chunk_cosine: args.min_chunk_cosine,
+        near_tie: args.near_tie,
+    };
+    options.validate()?;
+    let given = match &args.prompts {
+        Some(path) => gate::read_prompts(path)?,
+        None => gate::default_prompts(),
+    };
+    let spinner = spinner(format!("loading reference {}", args.reference.display()));
+    let checkpoint = Checkpoint::open(&args.reference)
+        .with_context(|| format!("opening reference {}", args.reference.display()))?;
+    let mut reference = ReferenceModel::load(
+        &checkpoint,
+        &ReferenceOptions {
+            threads: args.threads,
+            context_len: None,
+        },
+    )
+    .with_context(|| format!("loading reference {}", args.reference.display()))?;
+    spinner.finish_and_clear();
+
+    let mut reports = Vec::new();
+    for bundle in &args.bundles {
+        let manifest = anemone_models::bundle::read_manifest(bundle)
+            .with_context(|| format!("reading bundle {}", bundle.display()))?;
+        let precisions = if args.precision.is_empty() {
+            vec![match manifest.conversion.precision {
+                anemone_models::ane::Precision::Fp16 => ExecPrecision::Fp16,
+                anemone_models::ane::Precision::Fp32 => ExecPrecision::Fp32,
+            }]
+        } else {
+            args.precision.clone()
+        };
+        for precision in precisions {
+            let report = gate_one(
+                bundle,
+                precision,
+                &checkpoint,
+                &mut reference,
+                &given,
+                &options,
+                &args,
+            )?;
+            if !args.json {
+                print_report(&report);
+            }
+            reports.push(report);
+        }
+    }
+    if let Some(path) = &args.plot {
+        write_plot(path, &reports, &args, &checkpoint)?;
+    }
+    let passed = reports.iter().all(|r| r.passed);
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&JsonOutput {
+                passed,
+                reports: &reports
+            })?
+        );
+    }
+    if let Some(failed) = reports.iter().find(|r| !r.passed) {
+        let first = &failed.failures[0];
+        let more = reports.iter().map(|r| r.failures.len()).sum::<usize>() - 1;
+        bail!(
+            "gate failed: {}: {}: {}{}",
+            failed.bundle.display(),
+            failed.variant,
+            first.message,
+            if more > 0 {
+                format!(" (and {more} more failure(s))")
+            } else {
+                String::new()
+            }
+        );
+    }
+    Ok(())
+}
+
+fn gate_one(
+    bundle: &Path,
+    precision: ExecPrecision,
+    checkpoint: &Checkpoint,
+    reference: &mut ReferenceModel,
+    given: &[gate::GatePrompt],
+    options: &GateOptions,
+    args: &GateArgs,
+) -> Result<GateReport> {
+    let spinner = spinner(format!("loading {} ({precision})", bundle.display()));
+    let pipeline = Pipeline::open(
+        bundle,
+        ExecutorBackend::new(precision),
+        &PipelineOptions {
+            verify_hashes: !args.no_verify,
+        },
+    )
+    .with_context(|| format!("opening bundle {}", bundle.display()))?;
+    spinner.finish_and_clear();
+    let tokenizer = checkpoint.tokenizer.as_ref().or(pipeline.tokenizer());
+    let prompts = gate::resolve(given, tokenizer)?;
+    let bar = indicatif::ProgressBar::new(0).with_style(
+        indicatif::ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} steps ({elapsed})")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    bar.set_message(format!("gating {} ({precision})", bundle.display()));
+    let mut report = gate::run_gate(
+        &pipeline,
+        reference,
+        &prompts,
+        tokenizer,
+        options,
+        &mut |p| {
+            bar.set_length(p.total as u64);
+            bar.set_position(p.done as u64);
+        },
+    )
+    .with_context(|| format!("gating {}", bundle.display()))?;
+    bar.finish_and_clear();
+    let name = bundle
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    report.variant = format!("{name}: {}", report.variant);
+    Ok(report)
+}
+
+fn print_report(r: &GateReport) {
+    let s = &r.summary;
+    println!(
+        "{} {} ({:.1} s)",
+        if r.passed { "PASS" } else { "FAIL" },
+        r.variant,
+        r.seconds
+    );
+    println!(
+        "  steps {} (counted {}, near-ties {} with {} flip(s)): top-1 {:.4}; logits cosine min {:.6} mean {:.6}; KL max {:.3e}; max |err| {:.4}",
+        s.steps, s.counted_steps, s.near_tie_steps, s.near_tie_disagreements, s.top1_agreement,
+        s.min_cosine, s.mean_cosine, s.max_kl, s.max_abs_error
+    );
+    for p in &r.prompts {
+        let canary = match &p.canary {
+            Some(c) if !c.applicable => format!(
+                "; canary {:?} n/a (the reference does not say it)",
+                c.expect
+            ),
+            Some(c) => format!(
+                "; canary {:?} {}",
+                c.expect,
+                if c.passed { "ok" } else { "MISSED" }
+            ),
+            None => String::new(),
+        };
+        println!(
+            "  prompt {:?}: bundle {:?}{canary}",
+            truncate(&p.label, 40),
+            p.bundle_text
+                .as_deref()
+                .map(|t| truncate(t, 40))
+                .unwrap_or_else(|| format!("{:?}", p.bundle_ids))
+        );
+    }
+    println!("  chunk  layers   min cos     mean cos    max |err|  max |act|  ref max |act|");
+    for c in &r.chunks {
+        println!(
+            "  {:>5}  {:>6}  {:<10.7}  {:<10.7}  {:>9.4}  {:>9.2}  {:>9.2}",
+            c.chunk,
+            format!("{}..{}", c.first_layer, c.first_layer + c.layer_count),
+            c.min_cosine,
+            c.mean_cosine,
+            c.max_abs_error,
+            c.max_abs_activation,
+            c.reference_max_abs
+        );
+    }
+    for f in &r.failures {
+        println!("  FAIL {}: {}", f.at, f.message);
+    }
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        format!("{}…", s.chars().take(n).collect::<String>())
+    }
+}
+
+fn write_plot(
+    path: &Path,
+    reports: &[GateReport],
+    args: &GateArgs,
+    checkpoint: &Checkpoint,
+) -> Result<()> {
+    let series: Vec<plot::Series> = reports.iter().map(GateReport::series).collect();
+    let title = format!(
+        "{} ({} layers): per-layer cosine vs depth",
+        args.reference
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        checkpoint.config.num_hidden_layers
+    );
+    let svg = plot::cosine_vs_depth_svg(&title, &series, Some(args.min_chunk_cosine));
+    std::fs::write(path, svg).with_context(|| format!("writing {}", path.display()))?;
+    eprintln!("plot written to {}", path.display());
+    Ok(())
+}
+
+fn spinner(message: String) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new_spinner().with_message(message);
+    bar.enable_steady_tick(std::time::Duration::from_millis(120));
+    bar
+}
