@@ -115,7 +115,6 @@ pub struct CompressOptions<'a> {
     pub kmeans: KmeansAlgorithm,
 }
 
-
 /// Compresses one weight with default options. `tensor` names it in errors.
 pub fn compress(
     tensor: &str,

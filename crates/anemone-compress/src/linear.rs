@@ -27,7 +27,7 @@ pub(crate) fn round_to_f16(x: f32) -> f32 {
     let a = x.abs();
     if a < 6.103_515_6e-5 {
         const Q: f32 = 16_777_216.0; // 2^24
-        round_ties_even_small(x * Q) / Q
+        (round_ties_even_small(x * Q) / Q).copysign(x)
     } else if a < 65504.0 {
         let bits = x.to_bits();
         let lsb = (bits >> 13) & 1;
@@ -116,4 +116,44 @@ pub(crate) fn quantize(
         blocks_per_row,
         stats: acc.finish(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_to_f16_matches_half_on_a_dense_sweep() {
+        // every 97th f32 bit pattern of both signs up to fp16 overflow, plus the boundaries
+        let mut checked = 0;
+        for bits in (0u32..0x477f_f000)
+            .step_by(97)
+            .chain([0x3880_0000, 0x387f_ffff, 0x477f_efff])
+        {
+            for x in [f32::from_bits(bits), -f32::from_bits(bits)] {
+                assert_eq!(
+                    round_to_f16(x).to_bits(),
+                    f16::from_f32(x).to_f32().to_bits(),
+                    "x = {x:e} ({bits:#x})"
+                );
+                checked += 1;
+            }
+        }
+        assert!(checked > 20_000_000);
+    }
+
+    #[test]
+    fn scale_is_the_smallest_fp16_not_below_the_exact_one() {
+        for max_abs in [1e-9f32, 3e-6, 0.0123, 1.0, 127.0, 5000.0] {
+            let s = block_scale(max_abs, 127).unwrap();
+            let exact = max_abs / 127.0;
+            assert!(s.to_f32() >= exact);
+            assert!(
+                f16::from_bits(s.to_bits() - 1).to_f32() < exact,
+                "{max_abs}"
+            );
+        }
+        assert_eq!(block_scale(0.0, 7), Some(f16::ONE));
+        assert_eq!(block_scale(1e9, 7), None);
+    }
 }

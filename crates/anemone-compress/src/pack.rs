@@ -34,3 +34,35 @@ pub(crate) fn pack_bits(codes: &[u8], bits: usize) -> Vec<u8> {
 pub(crate) fn pack_int4(values: &[u8]) -> Vec<u8> {
     pack_bits(values, 4)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use anemone_mil::{DType, TensorData};
+
+    #[test]
+    fn matches_the_mil_packer_for_every_width_and_length() {
+        for (bits, dtype) in [
+            (1, DType::U1),
+            (2, DType::U2),
+            (3, DType::U3),
+            (4, DType::U4),
+            (6, DType::U6),
+            (8, DType::U8),
+        ] {
+            // lengths around the 8-code and job boundaries
+            for n in [1usize, 7, 8, 9, 31, 8 * 4096 - 1, 8 * 4096, 8 * 4096 + 13] {
+                let codes: Vec<u8> = (0..n)
+                    .map(|i| ((i * 2654435761) >> 7) as u8 & ((1u16 << bits) - 1) as u8)
+                    .collect();
+                let ints: Vec<i32> = codes.iter().map(|&c| c as i32).collect();
+                let reference = TensorData::pack_ints(dtype, vec![n], &ints).unwrap();
+                assert_eq!(
+                    pack_bits(&codes, bits),
+                    reference.bytes(),
+                    "{bits} bits, {n} codes"
+                );
+            }
+        }
+    }
+}

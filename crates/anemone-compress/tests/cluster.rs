@@ -54,7 +54,11 @@ fn brute_force(points: &[(f64, f64)], k: usize) -> f64 {
 fn random_points(rng: &mut Rng, m: usize, weighted: bool) -> Vec<(f64, f64)> {
     let mut pts: Vec<(f64, f64)> = (0..m)
         .map(|_| {
-            let w = if weighted { 0.1 + 3.0 * rng.uniform() } else { 1.0 };
+            let w = if weighted {
+                0.1 + 3.0 * rng.uniform()
+            } else {
+                1.0
+            };
             // heavy tails and near-duplicates make local optima likely
             (rng.normal().powi(3), w)
         })
@@ -85,7 +89,12 @@ fn optimal_matches_brute_force_over_all_assignments() {
             .boundaries
             .windows(2)
             .zip(&got.centroids)
-            .map(|(r, &c)| pts[r[0]..r[1]].iter().map(|p| p.1 * (p.0 - c).powi(2)).sum::<f64>())
+            .map(|(r, &c)| {
+                pts[r[0]..r[1]]
+                    .iter()
+                    .map(|p| p.1 * (p.0 - c).powi(2))
+                    .sum::<f64>()
+            })
             .sum();
         assert!((direct - got.cost).abs() <= SSE_REL_TOL * (direct + scale));
     }
