@@ -19,6 +19,8 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     Generate(cmd::generate::GenerateArgs),
+    Convert(cmd::convert::ConvertArgs),
+    Inspect(cmd::inspect::InspectArgs),
 }
 
 fn main() -> ExitCode {
@@ -26,6 +28,8 @@ fn main() -> ExitCode {
     init_logging(cli.verbose);
     let result = match cli.command {
         Command::Generate(args) => cmd::generate::run(args),
+        Command::Convert(args) => cmd::convert::run(args),
+        Command::Inspect(args) => cmd::inspect::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
