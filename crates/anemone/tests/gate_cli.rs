@@ -1,0 +1,291 @@
+//! `anemone gate` as a user runs it: an fp32 bundle of an oracle checkpoint passes against its
+//! reference; a bundle whose chunk 1 was converted from swapped K/V projections fails with exit
+//! status 1 naming chunk 1; a modified bundle file is refused by its sha256; a context overflow is
+//! an error; several variants land in one JSON report and one SVG plot.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use anemone_checkpoint::{Checkpoint, CheckpointError, TensorInfo, TensorStore};
+use anemone_models::ane::{ChunkOptions, ChunkSizing, LmHeadPlacement, Precision, Uncompressed};
+use anemone_models::bundle::{convert, ConvertOptions};
+use serde_json::Value;
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/oracle")
+        .join(name)
+}
+
+/// Three layers (multi-head attention): chunk 1 sits between two healthy chunks.
+const FIXTURE: &str = "qwen2_mha";
+
+fn anemone(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_anemone"))
+        .args(args)
+        .output()
+        .expect("run anemone")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn options(precision: Precision) -> ConvertOptions {
+    ConvertOptions {
+        chunk: ChunkOptions {
+            context: 64,
+            prefill_len: 4,
+            precision,
+            ..ChunkOptions::default()
+        },
+        sizing: ChunkSizing::LayersPerChunk(1),
+        lm_head: LmHeadPlacement::Host,
+        force: false,
+    }
+}
+
+/// The fixture's tensors with two of them exchanged.
+struct Swapped {
+    inner: Box<dyn TensorStore>,
+    a: String,
+    b: String,
+}
+
+impl Swapped {
+    fn map<'n>(&'n self, name: &'n str) -> &'n str {
+        if name == self.a {
+            &self.b
+        } else if name == self.b {
+            &self.a
+        } else {
+            name
+        }
+    }
+}
+
+impl TensorStore for Swapped {
+    fn names(&self) -> Vec<String> {
+        self.inner.names()
+    }
+    fn info(&self, name: &str) -> Option<TensorInfo> {
+        self.inner.info(self.map(name))
+    }
+    fn load_f32(&self, name: &str) -> Result<Vec<f32>, CheckpointError> {
+        self.inner.load_f32(self.map(name))
+    }
+}
+
+fn write_bundle(out: &Path, precision: Precision, swap_kv_of_layer: Option<usize>) {
+    let mut checkpoint = Checkpoint::open(fixture(FIXTURE)).unwrap();
+    if let Some(layer) = swap_kv_of_layer {
+        let inner = std::mem::replace(
+            &mut checkpoint.tensors,
+            Box::new(anemone_checkpoint::MemoryStore::new()),
+        );
+        checkpoint.tensors = Box::new(Swapped {
+            inner,
+            a: format!("model.layers.{layer}.self_attn.k_proj.weight"),
+            b: format!("model.layers.{layer}.self_attn.v_proj.weight"),
+        });
+    }
+    convert(
+        &checkpoint,
+        out,
+        &options(precision),
+        &Uncompressed,
+        &mut |_| {},
+    )
+    .unwrap();
+}
+
+fn prompts_file(dir: &Path) -> PathBuf {
+    let oracle: Value =
+        serde_json::from_slice(&std::fs::read(fixture(FIXTURE).join("oracle.json")).unwrap())
+            .unwrap();
+    let path = dir.join("prompts.json");
+    let prompts = serde_json::json!([
+        {"prompt_ids": oracle["prompt_ids"]},
+        {"prompt_ids": [5, 6, 7]},
+    ]);
+    std::fs::write(&path, prompts.to_string()).unwrap();
+    path
+}
+
+#[test]
+fn fp32_bundle_passes_and_reports_every_step_and_chunk() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bundle = tmp.path().join("fp32");
+    write_bundle(&bundle, Precision::Fp32, None);
+    let prompts = prompts_file(tmp.path());
+    let reference = fixture(FIXTURE);
+    let out = anemone(&[
+        "gate",
+        bundle.to_str().unwrap(),
+        "--reference",
+        reference.to_str().unwrap(),
+        "--prompts",
+        prompts.to_str().unwrap(),
+        "--steps",
+        "6",
+        "--json",
+    ]);
+    assert!(out.status.success(), "gate failed:\n{}", stderr(&out));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["passed"], true);
+    let r = &report["reports"][0];
+    assert_eq!(r["steps"].as_array().unwrap().len(), 12);
+    assert_eq!(r["chunks"].as_array().unwrap().len(), 3);
+    assert_eq!(r["summary"]["top1_agreement"], 1.0);
+    assert!(r["summary"]["min_cosine"].as_f64().unwrap() > 0.999_999);
+    assert!(r["summary"]["min_chunk_cosine"].as_f64().unwrap() > 0.999_999);
+    // the path is the reference's greedy one: the fixture's greedy ids
+    let oracle: Value =
+        serde_json::from_slice(&std::fs::read(reference.join("oracle.json")).unwrap()).unwrap();
+    let greedy: Vec<u64> = oracle["greedy_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
+    let fed: Vec<u64> = r["steps"].as_array().unwrap()[..5]
+        .iter()
+        .map(|s| s["fed"].as_u64().unwrap())
+        .collect();
+    assert_eq!(fed, greedy[..5]);
+}
+
+#[test]
+fn swapped_kv_weights_fail_naming_the_chunk() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bundle = tmp.path().join("broken");
+    write_bundle(&bundle, Precision::Fp32, Some(1));
+    let prompts = prompts_file(tmp.path());
+    let json = tmp.path().join("report.json");
+    let out = anemone(&[
+        "gate",
+        bundle.to_str().unwrap(),
+        "--reference",
+        fixture(FIXTURE).to_str().unwrap(),
+        "--prompts",
+        prompts.to_str().unwrap(),
+        "--json",
+    ]);
+    std::fs::write(&json, &out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(1), "stderr:\n{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("gate failed") && err.contains("chunk 1 (layer 1)"),
+        "{err}"
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let chunks = report["reports"][0]["chunks"].as_array().unwrap();
+    assert!(
+        chunks[0]["min_cosine"].as_f64().unwrap() > 0.999_999,
+        "chunk 0 is intact"
+    );
+    assert!(
+        chunks[1]["min_cosine"].as_f64().unwrap() < 0.999,
+        "chunk 1 is broken"
+    );
+    assert_eq!(report["reports"][0]["failures"][0]["at"], "chunk 1");
+}
+
+#[test]
+fn modified_bundle_is_refused_by_its_hashes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bundle = tmp.path().join("b");
+    write_bundle(&bundle, Precision::Fp32, None);
+    let host = bundle.join("host.safetensors");
+    let mut bytes = std::fs::read(&host).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0x40;
+    std::fs::write(&host, bytes).unwrap();
+    let out = anemone(&[
+        "gate",
+        bundle.to_str().unwrap(),
+        "--reference",
+        fixture(FIXTURE).to_str().unwrap(),
+        "--prompts",
+        prompts_file(tmp.path()).to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.contains("host.safetensors differs") && err.contains("sha256"),
+        "{err}"
+    );
+}
+
+#[test]
+fn steps_beyond_the_context_are_an_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bundle = tmp.path().join("b");
+    write_bundle(&bundle, Precision::Fp32, None);
+    let out = anemone(&[
+        "gate",
+        bundle.to_str().unwrap(),
+        "--reference",
+        fixture(FIXTURE).to_str().unwrap(),
+        "--prompts",
+        prompts_file(tmp.path()).to_str().unwrap(),
+        "--steps",
+        "60",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(err.contains("beyond the bundle's context of 64"), "{err}");
+}
+
+#[test]
+fn variants_share_one_report_and_one_plot() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (b32, b16) = (tmp.path().join("b32"), tmp.path().join("b16"));
+    write_bundle(&b32, Precision::Fp32, None);
+    write_bundle(&b16, Precision::Fp16, None);
+    let plot = tmp.path().join("depth.svg");
+    let out = anemone(&[
+        "gate",
+        b32.to_str().unwrap(),
+        b16.to_str().unwrap(),
+        "--reference",
+        fixture(FIXTURE).to_str().unwrap(),
+        "--prompts",
+        prompts_file(tmp.path()).to_str().unwrap(),
+        "--precision",
+        "fp16,fp32",
+        // random-init weights are not fp16-friendly; this test is about the report's shape
+        "--min-top1",
+        "0",
+        "--min-cosine",
+        "0",
+        "--min-chunk-cosine",
+        "0",
+        "--json",
+        "--plot",
+        plot.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let reports = report["reports"].as_array().unwrap();
+    assert_eq!(reports.len(), 4, "2 bundles × 2 precisions");
+    let backends: Vec<&str> = reports
+        .iter()
+        .map(|r| r["backend"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        backends,
+        [
+            "executor-fp16",
+            "executor-fp32",
+            "executor-fp16",
+            "executor-fp32"
+        ]
+    );
+    // fp16 arithmetic is measurably further from the reference than fp32 on the same bundle
+    let cos = |i: usize| reports[i]["summary"]["min_cosine"].as_f64().unwrap();
+    assert!(cos(0) < cos(1), "fp16 {} vs fp32 {}", cos(0), cos(1));
+    let svg = std::fs::read_to_string(&plot).unwrap();
+    assert_eq!(svg.matches("<polyline").count(), 4);
+    assert!(svg.contains("b16: fp16 bundle") && svg.contains("b32: fp32 bundle"));
+}
