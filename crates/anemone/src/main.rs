@@ -21,6 +21,7 @@ enum Command {
     Generate(cmd::generate::GenerateArgs),
     Convert(cmd::convert::ConvertArgs),
     Inspect(cmd::inspect::InspectArgs),
+    Gate(cmd::gate::GateArgs),
 }
 
 fn main() -> ExitCode {
@@ -30,6 +31,7 @@ fn main() -> ExitCode {
         Command::Generate(args) => cmd::generate::run(args),
         Command::Convert(args) => cmd::convert::run(args),
         Command::Inspect(args) => cmd::inspect::run(args),
+        Command::Gate(args) => cmd::gate::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
