@@ -62,7 +62,7 @@ fn main() {
             times.sort_by(|a, b| a.partial_cmp(b).unwrap());
             let p50 = times[times.len() / 2];
             let gflops = 2.0 * (C_IN * C_OUT * t) as f64 / p50 / 1e3;
-            let gbs = (C_IN * C_OUT * 4) as f64 / p50 / 1e3;
+            let gbs = (C_IN * C_OUT * 2) as f64 / p50 / 1e3; // fp16 weights
             println!(
                 "{precision} {function:7} T={t:<3} p50 {p50:9.1} µs  min {:9.1} µs  {gflops:6.1} GFLOP/s  weights {gbs:5.1} GB/s  (load {load_ms:.0} ms)",
                 times[0]

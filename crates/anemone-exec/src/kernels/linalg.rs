@@ -5,6 +5,8 @@ use anemone_mil::ConvParams;
 use gemm::Parallelism;
 use rayon::prelude::*;
 
+use super::simd;
+
 /// A strided read-only matrix view: element (i, j) at `data[i * rs + j * cs]`.
 #[derive(Clone, Copy)]
 pub struct MatRef<'a> {
@@ -108,27 +110,12 @@ pub fn matmul_into(dst: &mut [f32], a: MatRef, b: MatRef, accumulate: bool) -> R
     Ok(())
 }
 
-#[inline]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0.0f32; 8];
-    let chunks = a.len() / 8 * 8;
-    for (ca, cb) in a[..chunks].chunks_exact(8).zip(b[..chunks].chunks_exact(8)) {
-        for l in 0..8 {
-            acc[l] += ca[l] * cb[l];
-        }
-    }
-    let mut s = (acc[0] + acc[4]) + (acc[1] + acc[5]) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-    for (x, y) in a[chunks..].iter().zip(&b[chunks..]) {
-        s += x * y;
-    }
-    s
-}
-
 /// Rows per parallel task of a matvec (a few tasks per core, each a contiguous block of W).
 const MATVEC_ROWS_PER_TASK: usize = 64;
 
 fn matvec_strided(dst: &mut [f32], a: MatRef, x: &[f32], accumulate: bool) {
     let k = a.cols;
+    let dot = simd::dot_f32_kernel();
     let row = |i: usize| -> f32 {
         if a.cs == 1 {
             dot(&a.data[i * a.rs..i * a.rs + k], x)
@@ -153,11 +140,10 @@ fn matvec_strided(dst: &mut [f32], a: MatRef, x: &[f32], accumulate: bool) {
     }
 }
 
-/// `dst = W · x` for an fp16 row-major `W [rows × x.len()]`: each row is widened to f32 in
-/// short chunks (F16C where available) and summed in f32. Half the memory traffic of an f32
+/// `dst = W · x` for an fp16 row-major `W [rows × x.len()]`, widened to f32 (F16C where
+/// available) and summed in f32. Half the memory traffic of an f32
 /// matvec, which is what bounds a single-token projection.
 pub fn matvec_f16(dst: &mut [f32], w: &[half::f16], x: &[f32]) -> Result<(), String> {
-    use half::slice::HalfFloatSliceExt;
     let k = x.len();
     if w.len() != dst.len() * k {
         return Err(format!(
@@ -166,18 +152,11 @@ pub fn matvec_f16(dst: &mut [f32], w: &[half::f16], x: &[f32]) -> Result<(), Str
             dst.len()
         ));
     }
-    const CHUNK: usize = 256;
+    let dot = simd::dot_f16_kernel();
     let kernel = |(t, chunk): (usize, &mut [f32])| {
-        let mut buf = [0.0f32; CHUNK];
         for (r, d) in chunk.iter_mut().enumerate() {
-            let row = &w[(t * MATVEC_ROWS_PER_TASK + r) * k..][..k];
-            let mut acc = 0.0f32;
-            for (wc, xc) in row.chunks(CHUNK).zip(x.chunks(CHUNK)) {
-                let b = &mut buf[..wc.len()];
-                wc.convert_to_f32_slice(b);
-                acc += dot(b, xc);
-            }
-            *d = acc;
+            let i = t * MATVEC_ROWS_PER_TASK + r;
+            *d = dot(&w[i * k..(i + 1) * k], x);
         }
     };
     if dst.len() * k >= PARALLEL_WORK {

@@ -5,3 +5,4 @@ pub mod elementwise;
 pub mod linalg;
 pub mod norm;
 pub mod shape;
+pub mod simd;

@@ -1,0 +1,167 @@
+//! Dot products for matvecs: AVX2+FMA (+F16C for fp16 weights) when the CPU has them,
+//! portable loops otherwise. Selected once per matvec, never per element.
+
+use half::f16;
+
+/// A dot product of a weight row (f32 or f16) with an f32 vector of the same length.
+pub type DotF32 = fn(&[f32], &[f32]) -> f32;
+pub type DotF16 = fn(&[f16], &[f32]) -> f32;
+
+fn dot_f32_portable(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0.0f32; 8];
+    let chunks = a.len().min(b.len()) / 8 * 8;
+    for (ca, cb) in a[..chunks].chunks_exact(8).zip(b[..chunks].chunks_exact(8)) {
+        for l in 0..8 {
+            acc[l] += ca[l] * cb[l];
+        }
+    }
+    let mut s = (acc[0] + acc[4]) + (acc[1] + acc[5]) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for (x, y) in a[chunks..].iter().zip(&b[chunks..]) {
+        s += x * y;
+    }
+    s
+}
+
+fn dot_f16_portable(w: &[f16], x: &[f32]) -> f32 {
+    use half::slice::HalfFloatSliceExt;
+    const CHUNK: usize = 256;
+    let mut buf = [0.0f32; CHUNK];
+    let mut acc = 0.0f32;
+    for (wc, xc) in w.chunks(CHUNK).zip(x.chunks(CHUNK)) {
+        let b = &mut buf[..wc.len()];
+        wc.convert_to_f32_slice(b);
+        acc += dot_f32_portable(b, xc);
+    }
+    acc
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    use half::f16;
+
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn hsum(v: __m256) -> f32 {
+        let mut lanes = [0.0f32; 8];
+        _mm256_storeu_ps(lanes.as_mut_ptr(), v);
+        (lanes[0] + lanes[4])
+            + (lanes[1] + lanes[5])
+            + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]))
+    }
+
+    /// # Safety
+    /// The CPU must support AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+        let n = a.len().min(b.len());
+        let (pa, pb) = (a.as_ptr(), b.as_ptr());
+        let mut acc = [_mm256_setzero_ps(); 4];
+        let mut i = 0;
+        while i + 32 <= n {
+            for (k, a_k) in acc.iter_mut().enumerate() {
+                let x = _mm256_loadu_ps(pa.add(i + 8 * k));
+                let y = _mm256_loadu_ps(pb.add(i + 8 * k));
+                *a_k = _mm256_fmadd_ps(x, y, *a_k);
+            }
+            i += 32;
+        }
+        while i + 8 <= n {
+            acc[0] = _mm256_fmadd_ps(
+                _mm256_loadu_ps(pa.add(i)),
+                _mm256_loadu_ps(pb.add(i)),
+                acc[0],
+            );
+            i += 8;
+        }
+        let sum = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+        let mut s = hsum(sum);
+        for j in i..n {
+            s += a[j] * b[j];
+        }
+        s
+    }
+
+    /// # Safety
+    /// The CPU must support AVX2, FMA and F16C.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn dot_f16(w: &[f16], x: &[f32]) -> f32 {
+        let n = w.len().min(x.len());
+        let (pw, px) = (w.as_ptr() as *const __m128i, x.as_ptr());
+        let mut acc = [_mm256_setzero_ps(); 4];
+        let mut i = 0;
+        while i + 32 <= n {
+            for (k, a_k) in acc.iter_mut().enumerate() {
+                // 8 halves = 16 bytes at element i + 8k
+                let h = _mm_loadu_si128(pw.add((i + 8 * k) / 8));
+                let wv = _mm256_cvtph_ps(h);
+                *a_k = _mm256_fmadd_ps(wv, _mm256_loadu_ps(px.add(i + 8 * k)), *a_k);
+            }
+            i += 32;
+        }
+        while i + 8 <= n {
+            let wv = _mm256_cvtph_ps(_mm_loadu_si128(pw.add(i / 8)));
+            acc[0] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(px.add(i)), acc[0]);
+            i += 8;
+        }
+        let sum = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+        let mut s = hsum(sum);
+        for j in i..n {
+            s += w[j].to_f32() * x[j];
+        }
+        s
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn has_avx2_fma() -> bool {
+    is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
+}
+
+/// The fastest f32 dot product this CPU runs.
+pub fn dot_f32_kernel() -> DotF32 {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2_fma() {
+        // SAFETY: the features `dot_f32` is compiled for were detected at run time.
+        return |a, b| unsafe { avx2::dot_f32(a, b) };
+    }
+    dot_f32_portable
+}
+
+/// The fastest fp16-weight dot product this CPU runs.
+pub fn dot_f16_kernel() -> DotF16 {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2_fma() && is_x86_feature_detected!("f16c") {
+        // SAFETY: the features `dot_f16` is compiled for were detected at run time.
+        return |w, x| unsafe { avx2::dot_f16(w, x) };
+    }
+    dot_f16_portable
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn simd_and_portable_dots_agree() {
+        for n in [0usize, 1, 7, 8, 31, 32, 33, 100, 896] {
+            let a: Vec<f32> = (0..n)
+                .map(|i| ((i * 37 % 101) as f32 - 50.0) / 64.0)
+                .collect();
+            let b: Vec<f32> = (0..n)
+                .map(|i| ((i * 53 % 97) as f32 - 48.0) / 32.0)
+                .collect();
+            let h: Vec<f16> = a.iter().map(|&v| f16::from_f32(v)).collect();
+            let exact: f64 = a.iter().zip(&b).map(|(x, y)| *x as f64 * *y as f64).sum();
+            let tol = 1e-5 * (1.0 + exact.abs());
+            for got in [
+                dot_f32_kernel()(&a, &b),
+                dot_f32_portable(&a, &b),
+                dot_f16_kernel()(&h, &b),
+                dot_f16_portable(&h, &b),
+            ] {
+                assert!((got as f64 - exact).abs() <= tol, "n={n}: {got} vs {exact}");
+            }
+        }
+    }
+}
