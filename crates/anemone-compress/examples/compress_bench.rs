@@ -20,6 +20,21 @@ const BLOCK: [(&str, usize, usize); 7] = [
     ("down_proj", 1024, 3072),
 ];
 
+/// CPU time of this process (all threads), from /proc/self/stat (USER_HZ = 100 on Linux);
+/// the machine is shared, so wall time alone says little.
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // fields after the parenthesised command name; utime and stime are fields 14 and 15
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let field = |i: usize| f.get(i).and_then(|x| x.parse::<f64>().ok());
+    // `rest` starts at field 3 (state)
+    match (field(14 - 3), field(15 - 3)) {
+        (Some(user), Some(system)) => (user + system) / 100.0,
+        _ => f64::NAN,
+    }
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     let mut algorithm = KmeansAlgorithm::default();
@@ -78,12 +93,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         kmeans: algorithm,
     };
     for scheme in schemes {
-        let start = Instant::now();
+        let (start, cpu_start) = (Instant::now(), cpu_seconds());
         let mut compressed = Vec::new();
         for (name, shape, w) in &weights {
             compressed.push(compress_with(name, w, shape, &scheme, &options)?);
         }
         let seconds = start.elapsed().as_secs_f64();
+        let cpu = cpu_seconds() - cpu_start;
         let (mut err2, mut ref2, mut max_abs) = (0f64, 0f64, 0f64);
         for ((_, _, w), c) in weights.iter().zip(&compressed) {
             let r = c.decompress();
@@ -103,6 +119,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 "algorithm": format!("{algorithm:?}"),
                 "threads": rayon::current_num_threads(),
                 "seconds": seconds,
+                "cpu_seconds": cpu,
                 "relative_rms": (err2 / ref2).sqrt(),
                 "max_abs": max_abs,
                 "payload_bytes": bytes,

@@ -222,20 +222,25 @@ fn solve_layer(
     solve_layer(p, prev, cur, split, mid + 1, hi, best_t, ohi);
 }
 
+/// Fewest cells per criterion in [`coarse_seed`]: small palettes get a finer seed for free
+/// (the seed DP costs O(k · cells · log cells)).
+const MIN_SEED_CELLS: usize = 1024;
+
 /// Seeds for Lloyd: the exact optimum over a coarsened problem. Consecutive points are merged
 /// into cells (moments kept exact); a new cell starts wherever a point enters a new one of
-/// `c · k` equal-width value intervals (so isolated outliers stay alone) or a new one of `c · k`
+/// `max(c · k, 1024)` equal-width value intervals (so isolated outliers stay alone) or a new one of as many
 /// equal-mass intervals (so the dense centre keeps its resolution even with heavy tails). The
-/// DP clusters the at most `2c · k` cells and cell boundaries map back to points:
+/// DP clusters the at most twice that many cells and cell boundaries map back to points:
 /// O(c · k² log(c · k)), independent of the number of points.
 fn coarse_seed(p: &SortedPoints, k: usize, cells_per_cluster: usize) -> Vec<usize> {
     let m = p.len();
-    if m <= cells_per_cluster.max(1) * k {
+    let base_cells = (cells_per_cluster.max(1) * k).max(MIN_SEED_CELLS);
+    if m <= base_cells {
         return optimal(p, k);
     }
     let (lo, hi) = (p.mean[0], p.mean[m - 1]);
     let total = p.pw[m];
-    let mut cells = cells_per_cluster.max(1) * k;
+    let mut cells = base_cells;
     loop {
         let width = (hi - lo) / cells as f64;
         let cell_of = |i: usize| {
