@@ -72,10 +72,14 @@ def main():
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--json", action="store_true", help="print the rows as JSON too")
+    parser.add_argument("--binary", help="a built anemone binary (default: cargo build --release)")
     args = parser.parse_args()
 
-    subprocess.run(["cargo", "build", "--release", "-q", "-p", "anemone"], cwd=ROOT, check=True)
-    binary = ROOT / "target" / "release" / "anemone"
+    if args.binary:
+        binary = pathlib.Path(args.binary)
+    else:
+        subprocess.run(["cargo", "build", "--release", "-q", "-p", "anemone"], cwd=ROOT, check=True)
+        binary = ROOT / "target" / "release" / "anemone"
 
     import torch
     import transformers
