@@ -23,6 +23,19 @@
 //! block of input channels (scale shape `[O, I/B, 1…]`); palettes put one fp16 LUT per group of
 //! output channels (LUT shape `[O/G, 1, 1…, 2^bits, 1]`) — the payload rules of coremltools'
 //! iOS18 `constexpr_blockwise_shift_scale` / `constexpr_lut_to_dense`.
+//!
+//! Linear quantization is symmetric (`[-127, 127]` / `[-7, 7]`, no offset), with the scale the
+//! smallest fp16 not below `max|w| / qmax` (nothing clips; every weight lands within half a
+//! step) and rounding to nearest, ties to even. An all-zero block gets scale 1 and zero data.
+//!
+//! k-means clusters each group's values binned by fp16 value with exact moments of the
+//! original f32 values, so it minimizes the true squared error at the LUT's own precision.
+//! The default solver ([`KmeansAlgorithm::LLOYD`]) seeds Lloyd's iteration with the exact
+//! optimum of a coarsened problem; [`KmeansAlgorithm::Optimal`] is the exact dynamic program.
+//! On a Qwen3-0.6B-shaped block both match or beat coremltools' k-means (scikit-learn or
+//! kmeans1d) in error at a small fraction of its time (`benches/compress_vs_coremltools.sh`).
+//! Groups run in parallel (rayon). [`ErrorStats`] are measured on the weight Core ML will
+//! reconstruct (fp16), against the original f32 values.
 
 mod cluster;
 mod config;
@@ -115,7 +128,8 @@ pub struct CompressOptions<'a> {
     pub kmeans: KmeansAlgorithm,
 }
 
-/// Compresses one weight with default options. `tensor` names it in errors.
+/// Compresses one weight `[O, I, …]` with default options (no importance, Lloyd k-means).
+/// `tensor` names it in errors.
 pub fn compress(
     tensor: &str,
     weights: &[f32],
@@ -134,6 +148,7 @@ fn shape_error(tensor: &str, shape: &[usize], scheme: &Scheme, detail: String) -
     }
 }
 
+/// Compresses one weight with explicit [`CompressOptions`].
 pub fn compress_with(
     tensor: &str,
     weights: &[f32],
