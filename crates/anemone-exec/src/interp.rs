@@ -114,8 +114,14 @@ impl LoadedPackage {
                 detail,
             };
             let outs = run_step(&mut frame, step).map_err(op_err)?;
+            // data movement of fp16 values (already fp16 in fp16 mode) needs no rounding
+            let precision = if moves_data_only(&step.op) {
+                Precision::Fp32
+            } else {
+                frame.precision
+            };
             for ((t, &v), ty) in outs.into_iter().zip(&step.outputs).zip(&step.out_types) {
-                let t = finish_output(t, ty, frame.precision).map_err(op_err)?;
+                let t = finish_output(t, ty, precision).map_err(op_err)?;
                 frame.slots[v.index()] = Slot::Owned(t);
             }
             for v in &step.release {
@@ -214,6 +220,36 @@ impl LoadedPackage {
     }
 }
 
+/// Ops whose outputs only rearrange operand values of the same dtype.
+fn moves_data_only(op: &Op) -> bool {
+    match op {
+        Op::ReadState { .. }
+        | Op::SliceUpdate { .. }
+        | Op::SliceByIndex { .. }
+        | Op::Concat { .. }
+        | Op::Split { .. }
+        | Op::Reshape { .. }
+        | Op::Transpose { .. }
+        | Op::ExpandDims { .. }
+        | Op::Squeeze { .. } => true,
+        Op::Const { .. }
+        | Op::WriteState { .. }
+        | Op::Conv { .. }
+        | Op::Matmul { .. }
+        | Op::Linear { .. }
+        | Op::Softmax { .. }
+        | Op::LayerNorm { .. }
+        | Op::Reduce { .. }
+        | Op::Unary { .. }
+        | Op::Rsqrt { .. }
+        | Op::Gelu { .. }
+        | Op::Binary { .. }
+        | Op::Cast { .. }
+        | Op::ConstexprBlockwiseShiftScale { .. }
+        | Op::ConstexprLutToDense { .. } => false,
+    }
+}
+
 /// Checks an op result against its declared type and applies the precision's rounding.
 fn finish_output(
     mut t: Tensor,
@@ -288,7 +324,7 @@ fn run_step(fr: &mut Frame, step: &Step) -> Result<Vec<Tensor>, String> {
             if fr.precision == Precision::Fp16 {
                 round_f16_in_place(&mut t.data);
             }
-            fr.state.insert(name, t);
+            fr.state.tensors.insert(name.to_string(), t);
             Ok(vec![])
         }
         Op::SliceUpdate {

@@ -73,8 +73,12 @@ impl State {
         self.tensors.get(name)
     }
 
-    /// Replaces (or adds) a state's value.
-    pub fn insert(&mut self, name: &str, value: Tensor) {
+    /// Replaces (or adds) a state's value; fp16 values are rounded to fp16 (states hold what
+    /// the device stores).
+    pub fn insert(&mut self, name: &str, mut value: Tensor) {
+        if value.dtype == anemone_mil::DType::F16 {
+            crate::tensor::round_f16_in_place(&mut value.data);
+        }
         self.tensors.insert(name.to_string(), value);
     }
 

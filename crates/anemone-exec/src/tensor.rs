@@ -5,7 +5,6 @@ use std::str::FromStr;
 
 use anemone_mil::{DType, TensorType};
 use half::f16;
-use half::slice::HalfFloatSliceExt;
 
 use crate::error::{ExecError, Result};
 
@@ -164,13 +163,7 @@ pub fn round_f16(v: f32) -> f32 {
     f16::from_f32(v).to_f32()
 }
 
-/// Rounds every value to fp16 in place (vectorized conversion where the CPU has F16C).
+/// Rounds every value to fp16 in place (F16C where the CPU has it).
 pub fn round_f16_in_place(data: &mut [f32]) {
-    const CHUNK: usize = 512;
-    let mut buf = [f16::ZERO; CHUNK];
-    for chunk in data.chunks_mut(CHUNK) {
-        let b = &mut buf[..chunk.len()];
-        b.convert_from_f32_slice(chunk);
-        b.convert_to_f32_slice(chunk);
-    }
+    crate::kernels::simd::round_f16_slice(data)
 }

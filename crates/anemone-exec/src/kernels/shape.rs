@@ -48,7 +48,18 @@ pub fn slice_by_index(
     let base: usize = begin.iter().zip(&xs).map(|(b, s)| b * s).sum();
     let src: Vec<usize> = xs.iter().zip(stride).map(|(s, st)| s * st).collect();
     let mut out = Vec::with_capacity(out_shape.iter().product());
-    for_each_strided(out_shape, &src, base, |i| out.push(x[i]));
+    let rank = out_shape.len();
+    if rank > 0 && src[rank - 1] == 1 {
+        // contiguous rows: copy each innermost run at once
+        let run = out_shape[rank - 1];
+        let mut outer_shape = out_shape.to_vec();
+        outer_shape[rank - 1] = 1;
+        for_each_strided(&outer_shape, &src, base, |i| {
+            out.extend_from_slice(&x[i..i + run])
+        });
+    } else {
+        for_each_strided(out_shape, &src, base, |i| out.push(x[i]));
+    }
     out
 }
 
