@@ -9,6 +9,7 @@
 #   never inside the repository.
 #   ANEMONE_BENCH_PYTHON: a python with torch, transformers and coremltools (default python3).
 #   ANEMONE_BENCH_LAYERS: convert only the first N blocks on the coremltools side (default all).
+#   ANEMONE_BIN: an already built release anemone binary (default: build target/release/anemone).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WORK="${1:-${TMPDIR:-/tmp}/anemone-convert-bench}"
@@ -21,8 +22,11 @@ if [ ! -f "$CKPT/model.safetensors" ]; then
   "$PY" benches/convert_make_checkpoint.py "$CKPT"
 fi
 
-echo "== building anemone (release)"
-cargo build --release -p anemone --quiet
+if [ -z "${ANEMONE_BIN:-}" ]; then
+  echo "== building anemone (release)"
+  cargo build --release -p anemone --quiet
+  ANEMONE_BIN=target/release/anemone
+fi
 
 field() { # field FILE "Label" -> value after the last ': '
   grep -F "$2" "$1" | sed 's/.*: //'
@@ -33,7 +37,7 @@ seconds() { # h:mm:ss or m:ss.ss -> seconds
 
 echo "== anemone convert"
 rm -rf "$WORK/anemone.bundle"
-/usr/bin/time -v -o "$WORK/anemone.time" target/release/anemone convert "$CKPT" \
+/usr/bin/time -v -o "$WORK/anemone.time" "$ANEMONE_BIN" convert "$CKPT" \
   --out "$WORK/anemone.bundle" --context 512 --prefill-len 64 --layers-per-chunk 1
 echo "== coremltools (torch.jit.trace + ct.convert per block, decode + prefill merged)"
 rm -rf "$WORK/coremltools.out"
