@@ -8,7 +8,7 @@
 //! let (o, i) = (64, 32);
 //! let w: Vec<f32> = (0..o * i).map(|k| ((k * 37 % 101) as f32 - 50.0) * 1e-3).collect();
 //! let c = compress("layers.0.mlp.up_proj", &w, &[o, i, 1, 1], &"lut4:group=16".parse()?)?;
-//! assert!(c.stats.relative_rms < 0.1);
+//! assert!(c.stats().relative_rms < 0.1);
 //!
 //! let mut f = FunctionBuilder::new("main");
 //! let x = f.input("x", TensorType::new(DType::F16, [1, i, 1, 8]))?;
@@ -72,16 +72,35 @@ pub enum Payload {
     },
 }
 
-/// A compressed weight: what the constexpr op needs and how close it reconstructs.
+/// A compressed weight: what the constexpr op needs and how close it reconstructs. Only
+/// [`compress`] makes one, so its payload always agrees with its shape and scheme.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Compressed {
-    pub scheme: Scheme,
-    pub shape: Vec<usize>,
-    pub payload: Payload,
-    pub stats: ErrorStats,
+    scheme: Scheme,
+    shape: Vec<usize>,
+    payload: Payload,
+    stats: ErrorStats,
 }
 
 impl Compressed {
+    pub fn scheme(&self) -> &Scheme {
+        &self.scheme
+    }
+
+    /// The dense weight's shape.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    pub fn payload(&self) -> &Payload {
+        &self.payload
+    }
+
+    /// Reconstruction error against the original weight.
+    pub fn stats(&self) -> &ErrorStats {
+        &self.stats
+    }
+
     /// Bytes the payload occupies in weight.bin (data + scales / indices + LUTs).
     pub fn payload_bytes(&self) -> usize {
         match &self.payload {

@@ -13,7 +13,7 @@ fn scheme(bits: LinearBits, block_size: Option<usize>) -> Scheme {
 }
 
 fn scales_of(c: &anemone_compress::Compressed) -> (Vec<i32>, Vec<f32>, Vec<usize>) {
-    match &c.payload {
+    match c.payload() {
         Payload::BlockwiseShiftScale { data, scale } => (
             data.to_i32_vec().unwrap(),
             scale.to_f32_vec(),
@@ -97,8 +97,8 @@ fn zero_rows_decode_to_exact_zeros() {
         assert!(d.iter().all(|v| v.is_finite()), "{s}: non-finite");
         assert!(d[..16].iter().chain(&d[32..]).all(|&v| v == 0.0), "{s}");
         let all_zero = compress("z", &[0.0; 32], &[2, 16], &s).unwrap();
-        assert_eq!(all_zero.stats.relative_rms, 0.0);
-        assert_eq!(all_zero.stats.max_abs, 0.0);
+        assert_eq!(all_zero.stats().relative_rms, 0.0);
+        assert_eq!(all_zero.stats().max_abs, 0.0);
         assert!(all_zero.decompress().iter().all(|&v| v == 0.0));
     }
 }
@@ -109,7 +109,7 @@ fn int4_packing_matches_the_mil_packer() {
     // odd element count: the last byte holds one nibble
     let w = rng.normals(3 * 5, 1.0);
     let c = compress("w", &w, &[3, 5], &Scheme::int4()).unwrap();
-    let Payload::BlockwiseShiftScale { data, .. } = &c.payload else {
+    let Payload::BlockwiseShiftScale { data, .. } = c.payload() else {
         panic!()
     };
     assert_eq!(data.dtype(), DType::I4);
@@ -131,17 +131,19 @@ fn error_stats_match_a_naive_measurement() {
         let c = compress("w", &w, &[32, 48], &s).unwrap();
         let (rel, max) = naive_error(&w, &naive_decode(&c));
         assert!(
-            (c.stats.relative_rms - rel).abs() <= 1e-12 * rel,
+            (c.stats().relative_rms - rel).abs() <= 1e-12 * rel,
             "{s}: {} vs {rel}",
-            c.stats.relative_rms
+            c.stats().relative_rms
         );
-        assert_eq!(c.stats.max_abs, max, "{s}");
+        assert_eq!(c.stats().max_abs, max, "{s}");
     }
     // int8 keeps a Gaussian weight within ~1% relative RMS, int4 within ~15%
     let i8 = compress("w", &w, &[32, 48], &Scheme::int8()).unwrap();
     let i4 = compress("w", &w, &[32, 48], &Scheme::int4()).unwrap();
-    assert!(i8.stats.relative_rms < 0.012, "{:?}", i8.stats);
-    assert!(i4.stats.relative_rms < 0.16 && i4.stats.relative_rms > 10.0 * i8.stats.relative_rms);
+    assert!(i8.stats().relative_rms < 0.012, "{:?}", i8.stats());
+    assert!(
+        i4.stats().relative_rms < 0.16 && i4.stats().relative_rms > 10.0 * i8.stats().relative_rms
+    );
 }
 
 #[test]

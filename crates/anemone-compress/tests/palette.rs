@@ -19,7 +19,7 @@ fn lut_scheme(bits: u8, mode: PaletteMode, group_size: usize) -> Scheme {
 }
 
 fn parts(c: &Compressed) -> (Vec<i32>, Vec<f32>, Vec<usize>, DType) {
-    match &c.payload {
+    match c.payload() {
         Payload::LutToDense { indices, lut } => (
             indices.to_i32_vec().unwrap(),
             lut.to_f32_vec(),
@@ -76,10 +76,10 @@ fn layout_indices_and_nearest_assignment_for_every_width() {
                 }
                 let (rel, max) = naive_error(&w, &decoded);
                 assert!(
-                    (c.stats.relative_rms - rel).abs() <= 1e-12 * rel.max(1e-30),
+                    (c.stats().relative_rms - rel).abs() <= 1e-12 * rel.max(1e-30),
                     "{s}"
                 );
-                assert_eq!(c.stats.max_abs, max, "{s}");
+                assert_eq!(c.stats().max_abs, max, "{s}");
             }
         }
     }
@@ -163,7 +163,7 @@ fn few_distinct_values_and_constant_groups_are_exact() {
         .collect();
     let c = compress("w", &w, &[8, 8], &lut_scheme(4, PaletteMode::Kmeans, 4)).unwrap();
     assert_eq!(c.decompress(), w);
-    assert_eq!(c.stats.relative_rms, 0.0);
+    assert_eq!(c.stats().relative_rms, 0.0);
     let (idx, lut, _, _) = parts(&c);
     assert!(idx.iter().all(|&k| k < 16));
     // padding repeats a used value, so the LUT stays sorted
@@ -172,7 +172,7 @@ fn few_distinct_values_and_constant_groups_are_exact() {
         let c = compress("c", &[0.125f32; 32], &[4, 8], &lut_scheme(3, mode, 2)).unwrap();
         assert_eq!(c.decompress(), vec![0.125f32; 32], "{mode:?}");
         let z = compress("z", &[0.0f32; 32], &[4, 8], &lut_scheme(6, mode, 0)).unwrap();
-        assert_eq!(z.stats.relative_rms, 0.0);
+        assert_eq!(z.stats().relative_rms, 0.0);
         assert!(z.decompress().iter().all(|&v| v == 0.0));
     }
 }
@@ -215,17 +215,17 @@ fn kmeans_beats_uniform_and_int4_on_gaussian_weights() {
     .unwrap();
     let i4 = compress("w", &w, &[64, 128], &Scheme::int4()).unwrap();
     assert!(
-        km.stats.relative_rms < un.stats.relative_rms,
+        km.stats().relative_rms < un.stats().relative_rms,
         "{:?} vs {:?}",
-        km.stats,
-        un.stats
+        km.stats(),
+        un.stats()
     );
-    assert!(km.stats.relative_rms < i4.stats.relative_rms);
+    assert!(km.stats().relative_rms < i4.stats().relative_rms);
     // Lloyd–Max for a Gaussian at 4 bits: relative RMS 0.0975 in the limit
     assert!(
-        (0.09..0.1).contains(&km.stats.relative_rms),
+        (0.09..0.1).contains(&km.stats().relative_rms),
         "{:?}",
-        km.stats
+        km.stats()
     );
 }
 
@@ -262,7 +262,7 @@ fn importance_pulls_the_palette_towards_important_weights() {
         hot_err(&weighted)
     );
     assert!(hot_err(&weighted) < hot_err(&plain));
-    assert!(weighted.stats.relative_rms >= plain.stats.relative_rms * 0.999);
+    assert!(weighted.stats().relative_rms >= plain.stats().relative_rms * 0.999);
 
     let bad = compress_with(
         "w",

@@ -119,11 +119,13 @@ fn compressed_package_validates_and_decompresses_bit_identically_in_coremltools(
             .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
             .collect();
         let ours = c.decompress();
-        assert_eq!(theirs.len(), ours.len(), "{name} ({})", c.scheme);
+        assert_eq!(theirs.len(), ours.len(), "{name} ({})", c.scheme());
         if let Some(k) = (0..ours.len()).find(|&k| theirs[k].to_bits() != ours[k].to_bits()) {
             panic!(
                 "{name} ({}): element {k}: coremltools {} vs ours {}",
-                c.scheme, theirs[k], ours[k]
+                c.scheme(),
+                theirs[k],
+                ours[k]
             );
         }
     }

@@ -40,7 +40,7 @@ impl Rng {
 /// Decodes a payload with `anemone_mil`'s own unpacker (independent of the crate's packer):
 /// `fp16(q · scale[block])` or `lut[group][index]`, following the iOS18 op definitions.
 pub fn naive_decode(c: &Compressed) -> Vec<f32> {
-    match &c.payload {
+    match c.payload() {
         Payload::BlockwiseShiftScale { data, scale } => {
             let q = data.to_i32_vec().unwrap();
             let s = scale.to_f32_vec();
