@@ -200,3 +200,63 @@ pub fn lut_to_dense(indices: &TensorData, lut: &TensorData) -> Result<Tensor, St
         data,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn i8s(shape: Vec<usize>, v: &[i32]) -> TensorData {
+        TensorData::pack_ints(DType::I8, shape, v).unwrap()
+    }
+
+    #[test]
+    fn malformed_payloads_are_errors_not_panics() {
+        let data = i8s(vec![4, 6], &[1; 24]);
+        let s = |shape: Vec<usize>| {
+            let n = shape.iter().product();
+            TensorData::f16_from_f32(shape, &vec![0.5; n]).unwrap()
+        };
+        let err = |r: Result<Tensor, String>| r.expect_err("malformed payload accepted");
+        assert!(err(blockwise_shift_scale(&data, &s(vec![4]), None)).contains("same rank"));
+        assert!(err(blockwise_shift_scale(&data, &s(vec![4, 4]), None)).contains("axis 1"));
+        assert!(err(blockwise_shift_scale(
+            &data,
+            &s(vec![4, 1]),
+            Some(&s(vec![2, 1]))
+        ))
+        .contains("offset"));
+        let i32s = TensorData::from_i32(vec![4, 6], &[0; 24]).unwrap();
+        assert!(err(blockwise_shift_scale(&i32s, &s(vec![4, 1]), None)).contains("data must be"));
+        let idx = TensorData::pack_ints(DType::U2, vec![4, 6], &[3; 24]).unwrap();
+        assert!(err(lut_to_dense(&idx, &s(vec![2, 1, 8, 1]))).contains("2^2"));
+        assert!(err(lut_to_dense(&idx, &s(vec![3, 1, 4, 1]))).contains("axis 0"));
+        assert!(err(lut_to_dense(&idx, &s(vec![1, 4, 1]))).contains("rank"));
+        assert!(err(lut_to_dense(&data, &s(vec![1, 1, 256, 1]))).contains("indices must be"));
+        assert!(
+            const_tensor(&idx).is_err(),
+            "a uint2 const is only a payload"
+        );
+    }
+
+    #[test]
+    fn blockwise_scales_follow_their_block() {
+        // int4 data [2, 4], scales per (row, half-row) block, int4 offsets
+        let data =
+            TensorData::pack_ints(DType::I4, vec![2, 4], &[-8, 7, 1, -1, 3, 0, -4, 5]).unwrap();
+        let scale = TensorData::f16_from_f32(vec![2, 2], &[0.5, 2.0, 0.25, 4.0]).unwrap();
+        let offset = TensorData::pack_ints(DType::I4, vec![2, 2], &[1, -2, 0, 3]).unwrap();
+        let t = blockwise_shift_scale(&data, &scale, Some(&offset)).unwrap();
+        assert_eq!(t.dtype, DType::F16);
+        let want = [
+            (-8.0 - 1.0) * 0.5,
+            (7.0 - 1.0) * 0.5,
+            (1.0 + 2.0) * 2.0,
+            (-1.0 + 2.0) * 2.0,
+            3.0 * 0.25,
+            0.0,
+            (-4.0 - 3.0) * 4.0,
+            (5.0 - 3.0) * 4.0,
+        ];
+        assert_eq!(t.data, want);
+    }
+}
