@@ -162,9 +162,11 @@ fn optimal(p: &SortedPoints, k: usize) -> Vec<usize> {
     // split[j * stride + i]: start of the last cluster in the best j+1-cluster split of 0..i
     let mut split = vec![0u32; k * stride];
     for j in 1..k {
-        let row = &mut split[j * stride..(j + 1) * stride];
+        let (done, rest) = split.split_at_mut(j * stride);
+        let lower = &done[(j - 1) * stride..];
+        let row = &mut rest[..stride];
         // j + 1 clusters need at least j + 1 points; the last one starts at t >= j
-        solve_layer(p, &prev, &mut cur, row, j + 1, m, j, m - 1);
+        solve_layer(p, &prev, &mut cur, row, lower, j + 1, m, j, m - 1);
         std::mem::swap(&mut prev, &mut cur);
     }
     let mut boundaries = vec![0; k + 1];
@@ -178,13 +180,16 @@ fn optimal(p: &SortedPoints, k: usize) -> Vec<usize> {
 }
 
 /// Fills `cur[i]` for `i in lo..=hi`, knowing the best split of `i` lies in `olo..=ohi` and is
-/// non-decreasing in `i` (divide and conquer on the middle row).
+/// non-decreasing in `i` (divide and conquer on the middle row). The best split with one
+/// cluster more never starts earlier (`lower`, the previous layer's splits), which prunes the
+/// wide ranges near the top of the recursion.
 #[allow(clippy::too_many_arguments)]
 fn solve_layer(
     p: &SortedPoints,
     prev: &[f64],
     cur: &mut [f64],
     split: &mut [u32],
+    lower: &[u32],
     lo: usize,
     hi: usize,
     olo: usize,
@@ -194,12 +199,13 @@ fn solve_layer(
         return;
     }
     let mid = (lo + hi) / 2;
-    let (mut best, mut best_t) = (f64::INFINITY, olo);
     let last = ohi.min(mid - 1);
+    let first = olo.max(lower[mid] as usize).min(last);
+    let (mut best, mut best_t) = (f64::INFINITY, first);
     let (w1, x1, xx1) = (p.pw[mid], p.pwx[mid], p.pwxx[mid]);
     // the inner loop of the whole DP: cost(t, mid) from prefix sums, zipped slices so the
     // compiler drops bounds checks
-    let range = olo..last + 1;
+    let range = first..last + 1;
     for (off, (((&f, &w0), &x0), &xx0)) in prev[range.clone()]
         .iter()
         .zip(&p.pw[range.clone()])
@@ -211,15 +217,15 @@ fn solve_layer(
         let c = f + (xx1 - xx0) - dx * dx / (w1 - w0);
         if c < best {
             best = c;
-            best_t = olo + off;
+            best_t = first + off;
         }
     }
     cur[mid] = best;
     split[mid] = best_t as u32;
     if mid > lo {
-        solve_layer(p, prev, cur, split, lo, mid - 1, olo, best_t);
+        solve_layer(p, prev, cur, split, lower, lo, mid - 1, olo, best_t);
     }
-    solve_layer(p, prev, cur, split, mid + 1, hi, best_t, ohi);
+    solve_layer(p, prev, cur, split, lower, mid + 1, hi, best_t, ohi);
 }
 
 /// Fewest cells per criterion in [`coarse_seed`]: small palettes get a finer seed for free
