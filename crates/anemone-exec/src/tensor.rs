@@ -126,7 +126,9 @@ pub enum Precision {
     /// Everything in f32; fp16 values are read as f32 and results are not rounded.
     Fp32,
     /// As the ANE stores values: every fp16 op output and state write is rounded to fp16
-    /// (nearest even; beyond the fp16 range ±inf); inside an op sums accumulate in f32.
+    /// (nearest even: magnitudes in [65504, 65520) become 65504, from 65520 on ±inf); inside
+    /// an op sums accumulate in f32. Pure data movement (slices, concat, reshape, state reads)
+    /// is not re-rounded: its fp16 operands already are.
     #[default]
     Fp16,
 }
