@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::manifest::{FileHash, Manifest, MANIFEST_FILE, SCHEMA_VERSION};
 use super::writer::io;
@@ -42,7 +42,7 @@ pub struct FileCheck {
 /// unlisted files all fail.
 pub fn verify_files(dir: &Path, manifest: &Manifest) -> Result<Vec<FileCheck>, BundleError> {
     let mut found = BTreeMap::new();
-    hash_tree(dir, dir, &mut found)?;
+    hash_tree(dir, dir, &BTreeMap::new(), &mut found)?;
     let mut checks = Vec::new();
     for (path, expected) in &manifest.files {
         let got = found.get(path);
@@ -67,10 +67,11 @@ pub fn verify_files(dir: &Path, manifest: &Manifest) -> Result<Vec<FileCheck>, B
 }
 
 /// sha256 of every regular file under `dir` except the manifest, keyed by its `/`-separated
-/// path relative to `root`.
+/// path relative to `root`; files in `known` (by path, size checked) are not read again.
 pub(crate) fn hash_tree(
     root: &Path,
     dir: &Path,
+    known: &BTreeMap<PathBuf, FileHash>,
     out: &mut BTreeMap<String, FileHash>,
 ) -> Result<(), BundleError> {
     let mut entries: Vec<_> = fs::read_dir(dir)
@@ -82,7 +83,7 @@ pub(crate) fn hash_tree(
     for path in entries {
         let meta = fs::symlink_metadata(&path).map_err(io(&path))?;
         if meta.is_dir() {
-            hash_tree(root, &path, out)?;
+            hash_tree(root, &path, known, out)?;
         } else if meta.is_file() {
             let rel = path
                 .strip_prefix(root)
@@ -94,14 +95,17 @@ pub(crate) fn hash_tree(
             if rel == MANIFEST_FILE {
                 continue;
             }
-            let h = anemone_checkpoint::hash_file(&path)?;
-            out.insert(
-                rel,
-                FileHash {
-                    sha256: h.sha256,
-                    bytes: h.bytes,
-                },
-            );
+            let hash = match known.get(&path) {
+                Some(k) if k.bytes == meta.len() => k.clone(),
+                _ => {
+                    let h = anemone_checkpoint::hash_file(&path)?;
+                    FileHash {
+                        sha256: h.sha256,
+                        bytes: h.bytes,
+                    }
+                }
+            };
+            out.insert(rel, hash);
         }
     }
     Ok(())

@@ -160,8 +160,44 @@ fn write_bundle(
     compressor: &dyn WeightCompressor,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Manifest, BundleError> {
+    // sha256 of the source files (a full read of the checkpoint) overlaps the conversion
+    std::thread::scope(|scope| {
+        let provenance = scope.spawn(|| checkpoint.provenance());
+        let manifest = write_contents(checkpoint, dir, plan, options, compressor, progress);
+        let provenance = provenance.join().map_err(|_| BundleError::Layout {
+            path: dir.to_path_buf(),
+            problem: "the provenance hashing thread panicked".into(),
+        })??;
+        let mut manifest = manifest?;
+        manifest.provenance = provenance;
+        write_manifest(dir, &manifest)?;
+        Ok(manifest)
+    })
+}
+
+fn write_manifest(dir: &Path, manifest: &Manifest) -> Result<(), BundleError> {
+    let path = dir.join(MANIFEST_FILE);
+    let mut text = serde_json::to_string_pretty(manifest).map_err(|e| BundleError::Json {
+        path: path.clone(),
+        source: e,
+    })?;
+    text.push('\n');
+    fs::write(&path, text).map_err(io(&path))
+}
+
+/// Everything but the manifest file; the manifest's provenance is left empty.
+fn write_contents(
+    checkpoint: &Checkpoint,
+    dir: &Path,
+    plan: &[std::ops::Range<usize>],
+    options: &ConvertOptions,
+    compressor: &dyn WeightCompressor,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Manifest, BundleError> {
     let config = &checkpoint.config;
     let copts = &options.chunk;
+    // hashes already known from writing (package model and weights), by absolute path
+    let mut known = BTreeMap::new();
     let lm_package = options.lm_head == LmHeadPlacement::Package;
     let total = 2 + config.num_hidden_layers + usize::from(lm_package);
     let mut done = 0;
@@ -201,6 +237,7 @@ fn write_bundle(
         drop(layers);
         let rel = format!("{CHUNKS_DIR}/chunk-{index:02}.mlpackage");
         let summary = write_package(&program, &dir.join(&rel), &WriteOptions::default())?;
+        remember_package_hashes(&mut known, &summary);
         let functions = program
             .functions()
             .iter()
@@ -230,6 +267,7 @@ fn write_bundle(
         let program = ane::lm_head::build_lm_head_program(checkpoint, copts)?;
         let rel = "lm_head.mlpackage".to_string();
         let summary = write_package(&program, &dir.join(&rel), &WriteOptions::default())?;
+        remember_package_hashes(&mut known, &summary);
         Some(LmHeadEntry {
             path: rel,
             functions: program
@@ -250,7 +288,7 @@ fn write_bundle(
     });
 
     let mut files = BTreeMap::new();
-    hash_tree(dir, dir, &mut files)?;
+    hash_tree(dir, dir, &known, &mut files)?;
     let manifest = Manifest {
         schema_version: SCHEMA_VERSION,
         tool: ToolInfo {
@@ -276,17 +314,31 @@ fn write_bundle(
         lm_head,
         host,
         tokenizer,
-        provenance: checkpoint.provenance()?,
+        provenance: Vec::new(),
         files,
     };
-    let path = dir.join(MANIFEST_FILE);
-    let mut text = serde_json::to_string_pretty(&manifest).map_err(|e| BundleError::Json {
-        path: path.clone(),
-        source: e,
-    })?;
-    text.push('\n');
-    fs::write(&path, text).map_err(io(&path))?;
     Ok(manifest)
+}
+
+fn remember_package_hashes(
+    known: &mut BTreeMap<PathBuf, FileHash>,
+    s: &anemone_mil::PackageSummary,
+) {
+    let data = s.path.join("Data/com.apple.CoreML");
+    known.insert(
+        data.join("model.mlmodel"),
+        FileHash {
+            sha256: s.model_sha256.clone(),
+            bytes: s.model_bytes,
+        },
+    );
+    known.insert(
+        data.join("weights/weight.bin"),
+        FileHash {
+            sha256: s.weights_sha256.clone(),
+            bytes: s.weight_bytes,
+        },
+    );
 }
 
 fn write_tokenizer(

@@ -123,6 +123,24 @@ pub fn matmul_t(x: &[f32], w: &[f32], y: &mut [f32], rows: usize, n_in: usize, n
         matvec(w, x, y);
         return;
     }
+    #[cfg(target_arch = "x86_64")]
+    {
+        if has_avx512() {
+            matmul_t_avx512(x, w, y, rows, n_in, n_out);
+            return;
+        }
+    }
+    matmul_t_gemm(x, w, y, rows, n_in, n_out);
+}
+
+/// `matmul_t` through the `gemm` crate (the path on CPUs without AVX-512).
+pub fn matmul_t_gemm(x: &[f32], w: &[f32], y: &mut [f32], rows: usize, n_in: usize, n_out: usize) {
+    assert_eq!(x.len(), rows * n_in, "matmul_t: x is not [rows, n_in]");
+    assert_eq!(w.len(), n_out * n_in, "matmul_t: w is not [n_out, n_in]");
+    assert_eq!(y.len(), rows * n_out, "matmul_t: y is not [rows, n_out]");
+    if rows == 0 || n_out == 0 {
+        return;
+    }
     // SAFETY: the three buffers have exactly the extents described by (m, n, k) and the strides
     // below (checked by the asserts above); `dst` does not alias the inputs.
     unsafe {
@@ -147,6 +165,130 @@ pub fn matmul_t(x: &[f32], w: &[f32], y: &mut [f32], rows: usize, n_in: usize, n
             false,
             gemm::Parallelism::Rayon(rayon::current_num_threads()),
         );
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[inline]
+fn has_avx512() -> bool {
+    use std::sync::OnceLock;
+    static HAS: OnceLock<bool> = OnceLock::new();
+    *HAS.get_or_init(|| is_x86_feature_detected!("avx512f"))
+}
+
+/// A raw output pointer shared by tasks that write disjoint elements.
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy)]
+struct SharedOut(*mut f32);
+// SAFETY: every task writes a disjoint set of output columns (see `matmul_t_avx512`).
+#[cfg(target_arch = "x86_64")]
+unsafe impl Send for SharedOut {}
+#[cfg(target_arch = "x86_64")]
+unsafe impl Sync for SharedOut {}
+
+/// `matmul_t` as 4×4 register-blocked AVX-512 dot products; tasks own blocks of output columns
+/// (weight rows), so each weight row is read from memory once per call.
+#[cfg(target_arch = "x86_64")]
+fn matmul_t_avx512(x: &[f32], w: &[f32], y: &mut [f32], rows: usize, n_in: usize, n_out: usize) {
+    const COLUMNS_PER_TASK: usize = 32;
+    let out = SharedOut(y.as_mut_ptr());
+    let tasks = n_out.div_ceil(COLUMNS_PER_TASK);
+    (0..tasks).into_par_iter().for_each(|task| {
+        let first = task * COLUMNS_PER_TASK;
+        let last = (first + COLUMNS_PER_TASK).min(n_out);
+        // SAFETY: AVX-512F is present (checked by the caller); the kernel reads x and w within
+        // their asserted extents and writes only y[s·n_out + o] for o in first..last.
+        unsafe { matmul_t_columns_avx512(x, w, out, rows, n_in, n_out, first, last) };
+    });
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn matmul_t_columns_avx512(
+    x: &[f32],
+    w: &[f32],
+    out: SharedOut,
+    rows: usize,
+    n_in: usize,
+    n_out: usize,
+    first: usize,
+    last: usize,
+) {
+    use std::arch::x86_64::*;
+    let y = out.0;
+    let full = n_in / 16 * 16;
+    let tail_mask: __mmask16 = ((1u32 << (n_in % 16)) - 1) as __mmask16;
+    let (px, pw) = (x.as_ptr(), w.as_ptr());
+    let mut o = first;
+    while o + 4 <= last {
+        let wr = [
+            pw.add(o * n_in),
+            pw.add((o + 1) * n_in),
+            pw.add((o + 2) * n_in),
+            pw.add((o + 3) * n_in),
+        ];
+        let mut s = 0;
+        while s + 4 <= rows {
+            let xr = [
+                px.add(s * n_in),
+                px.add((s + 1) * n_in),
+                px.add((s + 2) * n_in),
+                px.add((s + 3) * n_in),
+            ];
+            let mut acc = [[_mm512_setzero_ps(); 4]; 4];
+            let mut k = 0;
+            while k < full {
+                let wv = [
+                    _mm512_loadu_ps(wr[0].add(k)),
+                    _mm512_loadu_ps(wr[1].add(k)),
+                    _mm512_loadu_ps(wr[2].add(k)),
+                    _mm512_loadu_ps(wr[3].add(k)),
+                ];
+                for i in 0..4 {
+                    let xv = _mm512_loadu_ps(xr[i].add(k));
+                    for j in 0..4 {
+                        acc[i][j] = _mm512_fmadd_ps(xv, wv[j], acc[i][j]);
+                    }
+                }
+                k += 16;
+            }
+            if full < n_in {
+                let wv = [
+                    _mm512_maskz_loadu_ps(tail_mask, wr[0].add(full)),
+                    _mm512_maskz_loadu_ps(tail_mask, wr[1].add(full)),
+                    _mm512_maskz_loadu_ps(tail_mask, wr[2].add(full)),
+                    _mm512_maskz_loadu_ps(tail_mask, wr[3].add(full)),
+                ];
+                for i in 0..4 {
+                    let xv = _mm512_maskz_loadu_ps(tail_mask, xr[i].add(full));
+                    for j in 0..4 {
+                        acc[i][j] = _mm512_fmadd_ps(xv, wv[j], acc[i][j]);
+                    }
+                }
+            }
+            for i in 0..4 {
+                for j in 0..4 {
+                    *y.add((s + i) * n_out + o + j) = _mm512_reduce_add_ps(acc[i][j]);
+                }
+            }
+            s += 4;
+        }
+        for s in s..rows {
+            for j in 0..4 {
+                let xs = std::slice::from_raw_parts(px.add(s * n_in), n_in);
+                let wo = std::slice::from_raw_parts(wr[j], n_in);
+                *y.add(s * n_out + o + j) = dot(xs, wo);
+            }
+        }
+        o += 4;
+    }
+    for o in o..last {
+        let wo = std::slice::from_raw_parts(pw.add(o * n_in), n_in);
+        for s in 0..rows {
+            let xs = std::slice::from_raw_parts(px.add(s * n_in), n_in);
+            *y.add(s * n_out + o) = dot(xs, wo);
+        }
     }
 }
 
@@ -245,14 +387,28 @@ mod tests {
 
     #[test]
     fn matvec_and_gemm_match_naive() {
-        for (rows, n_in, n_out) in [(1, 33, 70), (5, 64, 129), (17, 100, 3), (64, 96, 200)] {
+        for (rows, n_in, n_out) in [
+            (1, 33, 70),
+            (5, 64, 129),
+            (17, 100, 3),
+            (64, 96, 200),
+            (7, 15, 37),
+            (9, 577, 66),
+        ] {
             let x = pseudo_random(rows * n_in, 3);
             let w = pseudo_random(n_out * n_in, 4);
+            let want = naive_matmul_t(&x, &w, rows, n_in, n_out);
             let mut y = vec![f32::NAN; rows * n_out];
             matmul_t(&x, &w, &mut y, rows, n_in, n_out);
-            let want = naive_matmul_t(&x, &w, rows, n_in, n_out);
             let err = max_abs_diff(&y, &want);
             assert!(err < 1e-4, "({rows},{n_in},{n_out}): max abs error {err}");
+            let mut y = vec![f32::NAN; rows * n_out];
+            matmul_t_gemm(&x, &w, &mut y, rows, n_in, n_out);
+            let err = max_abs_diff(&y, &want);
+            assert!(
+                err < 1e-4,
+                "gemm ({rows},{n_in},{n_out}): max abs error {err}"
+            );
         }
     }
 
