@@ -96,6 +96,11 @@ fn fp32_bundles_match_transformers() {
             logits.shape,
             vec![f.greedy_ids.len(), pipeline.vocab_size()]
         );
+        let (at, got, want) = worst(&g.logits, &logits.data);
+        eprintln!(
+            "{what}: worst logit |diff| {:.2e} (element {at})",
+            (got - want).abs()
+        );
         assert_close(
             &format!("{what}: logits"),
             &g.logits,

@@ -113,7 +113,7 @@ impl GateOptions {
                 return bad(option, format!("{v} is not a cosine in [-1, 1]"));
             }
         }
-        if !(self.near_tie >= 0.0) {
+        if self.near_tie.is_nan() || self.near_tie < 0.0 {
             return bad("near-tie", format!("{} must be ≥ 0", self.near_tie));
         }
         Ok(())
@@ -559,7 +559,8 @@ fn failures(
         }
     }
     for s in steps {
-        if !(s.cosine >= options.min_cosine) {
+        // NaN (non-finite logits) fails too
+        if s.cosine.is_nan() || s.cosine < options.min_cosine {
             out.push(Failure {
                 at: format!("prompt {} step {}", s.prompt, s.step),
                 message: format!(

@@ -11,10 +11,11 @@ pub struct Series {
     pub points: Vec<(usize, f64)>,
 }
 
-const WIDTH: f64 = 860.0;
+const PLOT_WIDTH: f64 = 600.0;
 const HEIGHT: f64 = 520.0;
 const LEFT: f64 = 90.0;
-const RIGHT: f64 = 250.0;
+/// Legend width per label character (12 px sans-serif, generous).
+const LEGEND_CHAR: f64 = 7.0;
 const TOP: f64 = 50.0;
 const BOTTOM: f64 = 60.0;
 /// Closest agreement the axis shows (cosine 1 − 1e-9).
@@ -71,7 +72,14 @@ pub fn cosine_vs_depth_svg(title: &str, series: &[Series], threshold: Option<f64
         y_hi = y_lo + 1.0;
     }
     y_lo = y_lo.max(0.0);
-    let plot_w = WIDTH - LEFT - RIGHT;
+    let longest = series
+        .iter()
+        .map(|s| s.label.chars().count())
+        .max()
+        .unwrap_or(0);
+    let right = (50.0 + LEGEND_CHAR * longest as f64).max(120.0);
+    let plot_w = PLOT_WIDTH;
+    let width = LEFT + plot_w + right;
     let plot_h = HEIGHT - TOP - BOTTOM;
     let x = |depth: f64| LEFT + plot_w * (depth - 0.5) / max_depth as f64;
     let y = |v: f64| TOP + plot_h * (1.0 - (v - y_lo) / (y_hi - y_lo));
@@ -79,7 +87,7 @@ pub fn cosine_vs_depth_svg(title: &str, series: &[Series], threshold: Option<f64
     let mut s = String::new();
     let _ = writeln!(
         s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" font-family="sans-serif" font-size="12">"#
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{HEIGHT}" viewBox="0 0 {width} {HEIGHT}" font-family="sans-serif" font-size="12">"#
     );
     let _ = writeln!(s, r#"<rect width="100%" height="100%" fill="white"/>"#);
     let _ = writeln!(
@@ -162,7 +170,7 @@ pub fn cosine_vs_depth_svg(title: &str, series: &[Series], threshold: Option<f64
             );
         }
         let ly = TOP + 10.0 + 20.0 * i as f64;
-        let lx = WIDTH - RIGHT + 15.0;
+        let lx = LEFT + plot_w + 15.0;
         let _ = writeln!(
             s,
             r#"<line x1="{lx}" y1="{ly}" x2="{}" y2="{ly}" stroke="{color}" stroke-width="3"/><text x="{}" y="{}">{}</text>"#,
