@@ -204,7 +204,7 @@ fn matmul_t_avx512(x: &[f32], w: &[f32], y: &mut [f32], rows: usize, n_in: usize
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-#[allow(clippy::too_many_arguments)]
+#[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
 unsafe fn matmul_t_columns_avx512(
     x: &[f32],
     w: &[f32],
