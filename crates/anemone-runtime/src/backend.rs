@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
 
 pub use anemone_exec::{Precision as ExecPrecision, Tensor};
 
@@ -39,15 +40,48 @@ pub trait Backend {
     ) -> Result<HashMap<String, Tensor>, Self::Error>;
 }
 
-/// The MIL executor ([`anemone_exec`]) in fp32 or fp16-faithful arithmetic.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The MIL executor ([`anemone_exec`]) in fp32 or fp16-faithful arithmetic, on the global rayon
+/// pool or its own.
+#[derive(Clone)]
 pub struct ExecutorBackend {
     pub precision: ExecPrecision,
+    pool: Option<Arc<rayon::ThreadPool>>,
+}
+
+impl std::fmt::Debug for ExecutorBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExecutorBackend")
+            .field("precision", &self.precision)
+            .field(
+                "threads",
+                &self.pool.as_ref().map(|p| p.current_num_threads()),
+            )
+            .finish()
+    }
 }
 
 impl ExecutorBackend {
+    /// Runs on the global rayon pool (all cores unless `RAYON_NUM_THREADS` says otherwise).
     pub fn new(precision: ExecPrecision) -> Self {
-        ExecutorBackend { precision }
+        ExecutorBackend {
+            precision,
+            pool: None,
+        }
+    }
+
+    /// Runs every predict on a pool of `threads` threads.
+    pub fn with_threads(
+        precision: ExecPrecision,
+        threads: usize,
+    ) -> Result<Self, rayon::ThreadPoolBuildError> {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("anemone-exec-{i}"))
+            .build()?;
+        Ok(ExecutorBackend {
+            precision,
+            pool: Some(Arc::new(pool)),
+        })
     }
 }
 
@@ -83,6 +117,9 @@ impl Backend for ExecutorBackend {
         inputs: &HashMap<String, Tensor>,
         state: &mut Self::State,
     ) -> Result<HashMap<String, Tensor>, Self::Error> {
-        package.predict(function, inputs, state)
+        match &self.pool {
+            Some(pool) => pool.install(|| package.predict(function, inputs, state)),
+            None => package.predict(function, inputs, state),
+        }
     }
 }

@@ -73,6 +73,8 @@ pub enum PipelineError {
     TokenOutOfRange { token: u32, vocab_size: usize },
     #[error("feed called with no token ids")]
     EmptyInput,
+    #[error("cannot start a thread pool of {threads} thread(s): {problem}")]
+    ThreadPool { threads: usize, problem: String },
 }
 
 fn describe_check(c: &FileCheck) -> String {
@@ -87,12 +89,15 @@ fn describe_check(c: &FileCheck) -> String {
 pub struct PipelineOptions {
     /// Hash every file and compare with the manifest before loading (default on).
     pub verify_hashes: bool,
+    /// Threads of the host work (LM head); `None` = the global rayon pool.
+    pub host_threads: Option<usize>,
 }
 
 impl Default for PipelineOptions {
     fn default() -> Self {
         PipelineOptions {
             verify_hashes: true,
+            host_threads: None,
         }
     }
 }
@@ -117,6 +122,7 @@ pub struct Pipeline<B: Backend> {
     tokenizer: Option<TokenizerBundle>,
     /// dtype of the chunk functions' float inputs (the bundle precision).
     activation_dtype: DType,
+    host_pool: Option<rayon::ThreadPool>,
 }
 
 impl<B: Backend> std::fmt::Debug for Pipeline<B> {
@@ -179,7 +185,21 @@ impl<B: Backend> Pipeline<B> {
             }
             None => None,
         };
+        let host_pool = match options.host_threads {
+            Some(threads) => Some(
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .thread_name(|i| format!("anemone-host-{i}"))
+                    .build()
+                    .map_err(|e| PipelineError::ThreadPool {
+                        threads,
+                        problem: e.to_string(),
+                    })?,
+            ),
+            None => None,
+        };
         Ok(Pipeline {
+            host_pool,
             backend,
             dir: dir.to_path_buf(),
             manifest,

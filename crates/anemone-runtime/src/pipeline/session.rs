@@ -237,7 +237,11 @@ impl<'p, B: Backend> Session<'p, B> {
     fn head(&mut self, x: &[f32]) -> Result<Vec<f32>, PipelineError> {
         let p = self.pipeline;
         let Some((path, package)) = &p.lm_head else {
-            return Ok(p.host.logits(x));
+            let host = &p.host;
+            return Ok(match &p.host_pool {
+                Some(pool) => pool.install(|| host.logits(x)),
+                None => host.logits(x),
+            });
         };
         let entry = p
             .manifest

@@ -75,7 +75,7 @@ pub struct GateArgs {
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<PathBuf>,
 
-    /// Threads of the reference forward (default: all cores).
+    /// Threads of the reference forward and the executor (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
 
@@ -185,11 +185,16 @@ fn gate_one(
     args: &GateArgs,
 ) -> Result<GateReport> {
     let spinner = spinner(format!("loading {} ({precision})", bundle.display()));
+    let backend = match args.threads {
+        Some(threads) => ExecutorBackend::with_threads(precision, threads)?,
+        None => ExecutorBackend::new(precision),
+    };
     let pipeline = Pipeline::open(
         bundle,
-        ExecutorBackend::new(precision),
+        backend,
         &PipelineOptions {
             verify_hashes: !args.no_verify,
+            host_threads: args.threads,
         },
     )
     .with_context(|| format!("opening bundle {}", bundle.display()))?;
