@@ -393,9 +393,10 @@ fn decoder_layer(
         };
         let kg = read("k", kv.k_slot(local))?;
         let vg = read("v", kv.v_slot(local))?;
-        for head in g * group..(g + 1) * group {
+        // query heads g·group .. (g+1)·group share KV head g
+        for (head, &q_head) in q_heads.iter().enumerate().skip(g * group).take(group) {
             let hp = format!("{p}_h{head}");
-            let scores = f.matmul(&format!("{hp}_scores"), q_heads[head], kg, true, false)?;
+            let scores = f.matmul(&format!("{hp}_scores"), q_head, kg, true, false)?;
             let masked = f.add(&format!("{hp}_masked"), scores, mask)?;
             let row_max = f.reduce_max(&format!("{hp}_row_max"), masked, &[-1], true)?;
             let shifted = f.sub(&format!("{hp}_shifted"), masked, row_max)?;

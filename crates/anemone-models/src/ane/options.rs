@@ -132,7 +132,7 @@ impl ChunkOptions {
     /// Checks the options against each other and the model's maximum positions.
     pub fn validate(&self, max_positions: usize) -> Result<(), AneError> {
         let bad = |option: &'static str, problem: String| Err(AneError::Option { option, problem });
-        if self.context == 0 || self.context % STATE_ALIGN != 0 {
+        if self.context == 0 || !self.context.is_multiple_of(STATE_ALIGN) {
             return bad(
                 "context",
                 format!(

@@ -121,14 +121,16 @@ fn check_supported(config: &anemone_checkpoint::DecoderConfig) -> Result<(), Bun
     let bad = |problem: String| Err(ane::AneError::Unsupported { problem }.into());
     if config.num_attention_heads == 0
         || config.num_key_value_heads == 0
-        || config.num_attention_heads % config.num_key_value_heads != 0
+        || !config
+            .num_attention_heads
+            .is_multiple_of(config.num_key_value_heads)
     {
         return bad(format!(
             "{} attention heads are not a multiple of {} key/value heads",
             config.num_attention_heads, config.num_key_value_heads
         ));
     }
-    if config.head_dim == 0 || config.head_dim % 2 != 0 {
+    if config.head_dim == 0 || !config.head_dim.is_multiple_of(2) {
         return bad(format!(
             "head_dim {} must be positive and even (RoPE rotates halves)",
             config.head_dim
