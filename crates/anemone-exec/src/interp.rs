@@ -9,7 +9,7 @@ use crate::decompress::{blockwise_shift_scale, const_tensor, lut_to_dense};
 use crate::error::{ExecError, Result};
 use crate::kernels::elementwise::Operand;
 use crate::kernels::{elementwise, linalg, norm, shape};
-use crate::package::{LoadedPackage, PreparedFunction, State, Step};
+use crate::package::{Fused, LoadedPackage, PreparedFunction, State, Step};
 use crate::tensor::{round_f16_in_place, Precision, Tensor, MAX_EXACT_INT};
 
 enum Slot<'a> {
@@ -113,7 +113,14 @@ impl LoadedPackage {
                 op_type: step.op.mil_type(),
                 detail,
             };
-            let outs = run_step(&mut frame, step).map_err(op_err)?;
+            let outs = match &step.fused {
+                Fused::No => run_step(&mut frame, step).map_err(op_err)?,
+                Fused::Elided => vec![],
+                Fused::UpdatesState(name) => {
+                    update_state_in_place(&mut frame, step, name).map_err(op_err)?;
+                    vec![]
+                }
+            };
             // data movement of fp16 values (already fp16 in fp16 mode) needs no rounding
             let precision = if moves_data_only(&step.op) {
                 Precision::Fp32
@@ -217,6 +224,56 @@ impl LoadedPackage {
             };
         }
         Ok(())
+    }
+}
+
+/// A fused KV write: `state[begin..end] = update`, in place; the window is checked first, so a
+/// failure leaves the state as it was.
+fn update_state_in_place(fr: &mut Frame, step: &Step, name: &str) -> Result<(), String> {
+    let Op::SliceUpdate {
+        update, begin, end, ..
+    } = &step.op
+    else {
+        return Err("a fused state update must be a slice_update".into());
+    };
+    let b = fr.get(*begin)?.to_i32_vec();
+    let e = fr.get(*end)?.to_i32_vec();
+    let mut u = fr.get(*update)?.clone();
+    if fr.precision == Precision::Fp16 {
+        round_f16_in_place(&mut u.data);
+    }
+    let held = fr
+        .state
+        .tensors
+        .get_mut(name)
+        .ok_or_else(|| format!("state `{name}` is missing"))?;
+    let begin = check_window(&b, &e, &held.shape, &u.shape)
+        .map_err(|detail| format!("{detail} (state `{name}` of {held}, update {u})"))?;
+    shape::slice_update(&mut held.data, &held.shape, &u.data, &u.shape, &begin);
+    Ok(())
+}
+
+/// The window's begin as indices if `[begin, end)` fits `shape` and spans `update_shape`.
+fn check_window(
+    b: &[i32],
+    e: &[i32],
+    shape: &[usize],
+    update_shape: &[usize],
+) -> Result<Vec<usize>, String> {
+    let rank = shape.len();
+    let fits = b.len() == rank
+        && e.len() == rank
+        && update_shape.len() == rank
+        && (0..rank).all(|i| {
+            b[i] >= 0
+                && e[i] >= b[i]
+                && e[i] as usize <= shape[i]
+                && (e[i] - b[i]) as usize == update_shape[i]
+        });
+    if fits {
+        Ok(b.iter().map(|&v| v as usize).collect())
+    } else {
+        Err(format!("window begin {b:?} end {e:?} does not fit"))
     }
 }
 
@@ -337,21 +394,8 @@ fn run_step(fr: &mut Frame, step: &Step) -> Result<Vec<Tensor>, String> {
             let e = fr.get(*end)?.to_i32_vec();
             let mut xt = fr.take(*x, step)?;
             let u = fr.get(*update)?;
-            let fits = b.len() == xt.rank()
-                && e.len() == xt.rank()
-                && (0..xt.rank()).all(|i| {
-                    b[i] >= 0
-                        && e[i] >= b[i]
-                        && e[i] as usize <= xt.shape[i]
-                        && (e[i] - b[i]) as usize == u.shape[i]
-                });
-            if !fits {
-                return Err(format!(
-                    "window begin {b:?} end {e:?} does not fit x {} with update {}",
-                    xt, u
-                ));
-            }
-            let begin: Vec<usize> = b.iter().map(|&v| v as usize).collect();
+            let begin = check_window(&b, &e, &xt.shape, &u.shape)
+                .map_err(|detail| format!("{detail} x {xt} with update {u}"))?;
             shape::slice_update(&mut xt.data, &xt.shape, &u.data, &u.shape, &begin);
             Ok(vec![xt])
         }

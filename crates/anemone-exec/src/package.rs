@@ -38,6 +38,19 @@ pub(crate) struct Step {
     pub release: Vec<Var>,
     /// Operands used once here for the last time: their buffers may be taken over.
     pub movable: Vec<Var>,
+    pub fused: Fused,
+}
+
+/// How a step takes part in the `read_state → slice_update → write_state` pattern of a KV
+/// cache write, which runs as one in-place update of the state (no copy of the cache).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Fused {
+    /// Runs as itself.
+    No,
+    /// The read_state / write_state around a fused update: nothing to do.
+    Elided,
+    /// A slice_update applied directly to the named state (checked before anything changes).
+    UpdatesState(String),
 }
 
 pub(crate) struct PreparedFunction {
@@ -154,6 +167,18 @@ impl LoadedPackage {
         Ok(&self.function(function)?.signature)
     }
 
+    /// The slice_update ops of `function` that write a state in place (the
+    /// `read_state → slice_update → write_state` chains run without copying the state).
+    pub fn in_place_state_updates(&self, function: &str) -> Result<Vec<&str>> {
+        Ok(self
+            .function(function)?
+            .steps
+            .iter()
+            .filter(|s| matches!(s.fused, Fused::UpdatesState(_)))
+            .map(|s| s.name.as_str())
+            .collect())
+    }
+
     /// Zero-filled states for every state `function` declares (fp16, their declared shapes).
     pub fn new_state(&self, function: &str) -> Result<State> {
         let f = self.function(function)?;
@@ -241,9 +266,11 @@ fn prepare(
                 .collect(),
             release: Vec::new(),
             movable: Vec::new(),
+            fused: Fused::No,
         });
     }
     plan_lifetimes(f, &mut steps);
+    fuse_state_updates(f, &mut steps);
     let mut half_weights = HashMap::new();
     for s in &steps {
         let weight = match &s.op {
@@ -322,5 +349,62 @@ fn plan_lifetimes(f: &Function, steps: &mut [Step]) {
             .copied()
             .filter(|v| s.release.contains(v) && operands.iter().filter(|w| *w == v).count() == 1)
             .collect();
+    }
+}
+
+/// Marks each `read_state(s) → slice_update(x = read) → write_state(s, data = update)` chain
+/// whose intermediate values have no other use, with no other access to `s` in between.
+fn fuse_state_updates(f: &Function, steps: &mut [Step]) {
+    let mut uses = vec![0usize; f.values().len()];
+    for s in steps.iter() {
+        for v in s.op.operands() {
+            uses[v.index()] += 1;
+        }
+    }
+    for v in f.outputs() {
+        uses[v.index()] += 2; // never fuse away a function output
+    }
+    let touches = |op: &Op, state: Var| match op {
+        Op::ReadState { input } | Op::WriteState { input, .. } => *input == state,
+        _ => false,
+    };
+    for i in 0..steps.len() {
+        let Op::ReadState { input: state } = steps[i].op else {
+            continue;
+        };
+        let read = steps[i].outputs[0];
+        if uses[read.index()] != 1 {
+            continue;
+        }
+        let Some(j) = (i + 1..steps.len()).find(|&j| steps[j].op.operands().contains(&read)) else {
+            continue;
+        };
+        let Op::SliceUpdate {
+            x,
+            update,
+            begin,
+            end,
+        } = &steps[j].op
+        else {
+            continue;
+        };
+        if *x != read || [*update, *begin, *end].contains(&read) {
+            continue;
+        }
+        let updated = steps[j].outputs[0];
+        if uses[updated.index()] != 1 {
+            continue;
+        }
+        let Some(k) = (j + 1..steps.len()).find(|&k| steps[k].op.operands().contains(&updated))
+        else {
+            continue;
+        };
+        let writes_back = matches!(steps[k].op, Op::WriteState { input, data } if input == state && data == updated);
+        let untouched_between = (i + 1..k).all(|m| !touches(&steps[m].op, state));
+        if writes_back && untouched_between {
+            steps[i].fused = Fused::Elided;
+            steps[k].fused = Fused::Elided;
+            steps[j].fused = Fused::UpdatesState(f.value_name(state).to_string());
+        }
     }
 }

@@ -218,6 +218,12 @@ fn decode_through_the_whole_context(precision: Precision, tol: f32) {
         precision,
     );
     let pkg = &loaded.package;
+    for function in ["prefill", "decode"] {
+        assert_eq!(
+            pkg.in_place_state_updates(function).unwrap(),
+            vec!["k_upd", "v_upd"]
+        );
+    }
     let mut state: State = pkg.new_state("prefill").unwrap();
     assert_eq!(
         state.get("k_cache").unwrap().data,
@@ -276,9 +282,11 @@ fn decode_through_the_whole_context(precision: Precision, tol: f32) {
     }
     // one past the end: a named error, never a silent truncation
     let x = vec![0.0; D];
+    let before = state.clone();
     let err = pkg
         .predict("decode", &run_inputs(&x, 1, S), &mut state)
         .unwrap_err();
+    assert_eq!(state, before, "a failed write leaves the cache as it was");
     let msg = err.to_string();
     assert!(matches!(err, ExecError::Op { .. }), "{msg}");
     assert!(
@@ -410,4 +418,65 @@ fn missing_package_is_a_load_error_naming_the_path() {
         err.to_string().contains("/nonexistent/chunk.mlpackage"),
         "{err}"
     );
+}
+
+/// A cache write whose old value is also used elsewhere runs unfused (copy, update, write)
+/// and gives the same state as the fused in-place path.
+#[test]
+fn unfused_slice_update_keeps_the_old_value_for_its_other_users() {
+    let mut f = FunctionBuilder::new("main");
+    let upd = f
+        .input("upd", TensorType::new(DType::F16, [1, 4, 1, 1]))
+        .unwrap();
+    let pos = f.input("pos", TensorType::new(DType::I32, [1])).unwrap();
+    let cache = f
+        .state("cache", TensorType::new(DType::F16, [1, 4, 1, 8]))
+        .unwrap();
+    let zeros = f.const_i32("zeros", &[3], &[0, 0, 0]).unwrap();
+    let begin = f.concat("begin", &[zeros, pos], 0).unwrap();
+    let extent = f.const_i32("extent", &[4], &[1, 4, 1, 1]).unwrap();
+    let end = f.add("end", begin, extent).unwrap();
+    let old = f.read_state("old", cache).unwrap();
+    let new = f.slice_update("new", old, upd, begin, end).unwrap();
+    f.write_state("write", cache, new).unwrap();
+    let old_sum = f.reduce_sum("old_sum", old, &[1, 3], false).unwrap();
+    f.output(old_sum).unwrap();
+    f.output(new).unwrap();
+    let loaded = load(vec![f.finish().unwrap()], Precision::Fp16);
+    let pkg = &loaded.package;
+    assert!(pkg.in_place_state_updates("main").unwrap().is_empty());
+    let mut state = pkg.new_state("main").unwrap();
+    let mut want = vec![0.0f32; 32];
+    for (step, p) in [3usize, 7, 0].into_iter().enumerate() {
+        let u: Vec<f32> = (0..4).map(|c| (step * 4 + c) as f32 + 0.5).collect();
+        let old_total: f32 = want.iter().sum();
+        for c in 0..4 {
+            want[c * 8 + p] = u[c];
+        }
+        let ins = inputs(vec![
+            ("upd", Tensor::f16(vec![1, 4, 1, 1], u).unwrap()),
+            ("pos", Tensor::i32(vec![1], &[p as i32]).unwrap()),
+        ]);
+        let out = pkg.predict("main", &ins, &mut state).unwrap();
+        assert_eq!(
+            out["old_sum"].data,
+            vec![old_total],
+            "step {step}: the old value is intact"
+        );
+        assert_eq!(out["new"].data, want, "step {step}");
+        assert_eq!(state.get("cache").unwrap().data, want, "step {step}");
+    }
+    let ins = inputs(vec![
+        ("upd", Tensor::f16(vec![1, 4, 1, 1], vec![1.0; 4]).unwrap()),
+        ("pos", Tensor::i32(vec![1], &[8]).unwrap()),
+    ]);
+    let err = pkg
+        .predict("main", &ins, &mut state)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("`new` (slice_update)") && err.contains("[0, 0, 0, 8]"),
+        "{err}"
+    );
+    assert_eq!(state.get("cache").unwrap().data, want);
 }
