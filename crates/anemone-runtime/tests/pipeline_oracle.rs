@@ -149,3 +149,128 @@ fn feeding_in_pieces_equals_feeding_at_once() {
     let again = pieces.feed(&ids).unwrap();
     assert_close("after reset", &again, &at_once, 0.0);
 }
+
+fn small_bundle(dir: &std::path::Path) -> std::path::PathBuf {
+    let f = &oracle_fixtures()[0];
+    let out = dir.join("bundle");
+    let chunk = ChunkOptions {
+        context: 32,
+        prefill_len: 8,
+        precision: Precision::Fp32,
+        ..ChunkOptions::default()
+    };
+    convert_to(&f.dir, &out, &small_options(chunk));
+    out
+}
+
+/// Prompt plus new tokens beyond the bundle's context is an error before anything runs; a
+/// session never truncates or wraps.
+#[test]
+fn context_overflow_is_an_error_never_a_truncation() {
+    use anemone_runtime::pipeline::PipelineError;
+    use anemone_runtime::RuntimeError;
+    let tmp = tempfile::tempdir().unwrap();
+    let pipeline = Pipeline::open(
+        &small_bundle(tmp.path()),
+        ExecutorBackend::new(ExecPrecision::Fp32),
+        &PipelineOptions::default(),
+    )
+    .unwrap();
+    let ids: Vec<u32> = (0..33).map(|i| 4 + i as u32).collect();
+    let mut session = pipeline.session().unwrap();
+    let err = session.feed(&ids).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            PipelineError::ContextOverflow {
+                position: 0,
+                requested: 33,
+                context: 32
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(session.position(), 0, "a refused feed changes nothing");
+    session.feed(&ids[..30]).unwrap();
+    let err = session.feed(&ids[30..33]).unwrap_err();
+    assert!(err.to_string().contains("context of 32"), "{err}");
+    assert_eq!(session.position(), 30);
+    session.feed(&ids[30..32]).unwrap();
+    assert_eq!(
+        session.position(),
+        32,
+        "the context is usable to its last slot"
+    );
+
+    let options = GenerationOptions {
+        max_tokens: 5,
+        ..GenerationOptions::default()
+    };
+    let err = generate(&mut session, &ids[..30], &options, &mut |_| Ok(())).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            RuntimeError::ContextOverflow {
+                prompt_len: 30,
+                new_tokens: 5,
+                context_len: 32
+            }
+        ),
+        "{err}"
+    );
+
+    session.reset();
+    let err = session.feed(&[10_000]).unwrap_err();
+    assert!(
+        matches!(err, PipelineError::TokenOutOfRange { token: 10_000, .. }),
+        "{err}"
+    );
+    assert!(matches!(
+        session.feed(&[]).unwrap_err(),
+        PipelineError::EmptyInput
+    ));
+}
+
+/// A file missing from, or added to, a bundle is named before anything loads.
+#[test]
+fn bundle_files_are_checked_against_the_manifest() {
+    use anemone_runtime::pipeline::PipelineError;
+    let tmp = tempfile::tempdir().unwrap();
+    let bundle = small_bundle(tmp.path());
+    let open = || {
+        Pipeline::open(
+            &bundle,
+            ExecutorBackend::new(ExecPrecision::Fp32),
+            &PipelineOptions::default(),
+        )
+    };
+    let weights = bundle.join("chunks/chunk-01.mlpackage/Data/com.apple.CoreML/weights/weight.bin");
+    let saved = std::fs::read(&weights).unwrap();
+    std::fs::remove_file(&weights).unwrap();
+    let err = open().unwrap_err();
+    assert!(
+        matches!(err, PipelineError::Verify { .. })
+            && err.to_string().contains(
+                "chunks/chunk-01.mlpackage/Data/com.apple.CoreML/weights/weight.bin is missing"
+            ),
+        "{err}"
+    );
+    std::fs::write(&weights, saved).unwrap();
+    std::fs::write(bundle.join("extra.txt"), "x").unwrap();
+    let err = open().unwrap_err();
+    assert!(err.to_string().contains("extra.txt is not listed"), "{err}");
+    // verification off: the extra file does not matter, the bundle runs
+    let pipeline = Pipeline::open(
+        &bundle,
+        ExecutorBackend::new(ExecPrecision::Fp32),
+        &PipelineOptions {
+            verify_hashes: false,
+            ..PipelineOptions::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        pipeline.session().unwrap().feed(&[5, 6]).unwrap().len(),
+        pipeline.vocab_size()
+    );
+}
