@@ -40,6 +40,15 @@ pub trait Backend {
     ) -> Result<HashMap<String, Tensor>, Self::Error>;
 }
 
+/// The executor precision matching a bundle's conversion precision (fp16 bundles run in the
+/// ANE's fp16 arithmetic, fp32 bundles in fp32).
+pub fn native_precision(bundle: anemone_models::ane::Precision) -> ExecPrecision {
+    match bundle {
+        anemone_models::ane::Precision::Fp16 => ExecPrecision::Fp16,
+        anemone_models::ane::Precision::Fp32 => ExecPrecision::Fp32,
+    }
+}
+
 /// The MIL executor ([`anemone_exec`]) in fp32 or fp16-faithful arithmetic, on the global rayon
 /// pool or its own.
 #[derive(Clone)]

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anemone_checkpoint::Checkpoint;
 use anemone_models::reference::{ReferenceModel, ReferenceOptions};
-use anemone_runtime::backend::{ExecPrecision, ExecutorBackend};
+use anemone_runtime::backend::{native_precision, ExecPrecision, ExecutorBackend};
 use anemone_runtime::gate::{self, plot, GateOptions, GateReport};
 use anemone_runtime::pipeline::{Pipeline, PipelineOptions};
 use anyhow::{bail, Context, Result};
@@ -121,10 +121,7 @@ pub fn run(args: GateArgs) -> Result<()> {
         let manifest = anemone_models::bundle::read_manifest(bundle)
             .with_context(|| format!("reading bundle {}", bundle.display()))?;
         let precisions = if args.precision.is_empty() {
-            vec![match manifest.conversion.precision {
-                anemone_models::ane::Precision::Fp16 => ExecPrecision::Fp16,
-                anemone_models::ane::Precision::Fp32 => ExecPrecision::Fp32,
-            }]
+            vec![native_precision(manifest.conversion.precision)]
         } else {
             args.precision.clone()
         };
