@@ -281,3 +281,68 @@ fn fp16_chunks_stay_close_to_the_reference() {
         );
     }
 }
+
+/// The LM-head package (final norm + vocabulary slices) against the reference logits.
+#[test]
+fn lm_head_package_matches_the_reference_logits() {
+    /// fp32 weights and compute end to end: only summation order differs.
+    const TIER_FP32_HEAD: (f64, f64) = (0.999_999_9, 1e-4);
+    for fixture in ["llama_gqa4", "qwen3_mha_tied"] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("bundle");
+        let ckpt = Checkpoint::open(oracle_fixture(fixture)).unwrap();
+        let opts = ConvertOptions {
+            chunk: ChunkOptions {
+                context: CONTEXT,
+                prefill_len: PREFILL,
+                precision: Precision::Fp32,
+                ..ChunkOptions::default()
+            },
+            lm_head: LmHeadPlacement::Package,
+            ..ConvertOptions::default()
+        };
+        let manifest = convert(&ckpt, &out, &opts, &Uncompressed, &mut |_| {})
+            .unwrap()
+            .manifest;
+        let head = manifest.lm_head.as_ref().unwrap();
+        let pkg =
+            LoadedPackage::load(&out.join(&head.path), anemone_exec::Precision::Fp32).unwrap();
+        let mut reference = ReferenceModel::load(
+            &ckpt,
+            &ReferenceOptions {
+                threads: Some(1),
+                context_len: Some(CONTEXT),
+            },
+        )
+        .unwrap();
+        let trace = reference.forward_traced(&[3, 1, 4, 1, 5]).unwrap();
+        let (h, vocab) = (manifest.config.hidden_size, manifest.config.vocab_size);
+        let last_hidden = &trace.hidden_states.last().unwrap()[4 * h..5 * h];
+        let mut inputs = HashMap::new();
+        inputs.insert(
+            anemone_models::ane::lm_head::INPUT.to_string(),
+            Tensor::f32(vec![1, h, 1, 1], last_hidden.to_vec()).unwrap(),
+        );
+        let mut state = pkg
+            .new_state(anemone_models::ane::lm_head::FUNCTION)
+            .unwrap();
+        let outs = pkg
+            .predict(anemone_models::ane::lm_head::FUNCTION, &inputs, &mut state)
+            .unwrap();
+        let mut logits = Vec::with_capacity(vocab);
+        for (i, (first, len)) in head.vocab_slices.iter().enumerate() {
+            let slice = &outs[&format!("logits_{i}")];
+            assert_eq!(slice.shape, vec![1, *len, 1, 1]);
+            assert_eq!(logits.len(), *first);
+            logits.extend_from_slice(&slice.data);
+        }
+        let want = &trace.logits[4 * vocab..5 * vocab];
+        let (cos, rel, at) = compare(&logits, want);
+        assert!(
+            cos >= TIER_FP32_HEAD.0 && rel <= TIER_FP32_HEAD.1,
+            "{fixture}: LM head cosine {cos:.9}, max rel error {rel:.2e} at token {at}: got {} want {}",
+            logits[at],
+            want[at]
+        );
+    }
+}

@@ -160,12 +160,14 @@ fn convert_real(
         run(names::PREFILL, 0, prefill, prompt, &trace.hidden_states[0]),
         trace.hidden_states,
     )];
+    let mut last_logits = Vec::new();
     for (pos, id) in ids.iter().enumerate().skip(prompt) {
         let trace = reference.forward_traced(&[*id]).unwrap();
         steps.push((
             run(names::DECODE, pos, 1, 1, &trace.hidden_states[0]),
             trace.hidden_states,
         ));
+        last_logits = trace.logits;
     }
     for (step, (got, want)) in steps.iter().enumerate() {
         for ch in &manifest.chunks {
@@ -178,6 +180,48 @@ fn convert_real(
                 layer - 1
             );
         }
+    }
+
+    // the LM-head package (vocabulary slices) on the reference's last hidden state
+    if let Some(head) = &manifest.lm_head {
+        let pkg =
+            LoadedPackage::load(&out.join(&head.path), anemone_exec::Precision::Fp16).unwrap();
+        let (_, want_hidden) = steps.last().unwrap();
+        let mut inputs = HashMap::new();
+        inputs.insert(
+            anemone_models::ane::lm_head::INPUT.to_string(),
+            Tensor::f16(vec![1, h, 1, 1], want_hidden.last().unwrap().clone()).unwrap(),
+        );
+        let mut state = pkg
+            .new_state(anemone_models::ane::lm_head::FUNCTION)
+            .unwrap();
+        let outs = pkg
+            .predict(anemone_models::ane::lm_head::FUNCTION, &inputs, &mut state)
+            .unwrap();
+        assert!(
+            head.vocab_slices.len() > 1,
+            "{file}: vocabulary should need several slices"
+        );
+        let logits: Vec<f32> = (0..head.vocab_slices.len())
+            .flat_map(|i| outs[&format!("logits_{i}")].data.clone())
+            .collect();
+        let cos = cosine(&logits, &last_logits);
+        assert!(
+            cos >= TIER_REAL_FP16_COSINE,
+            "{file}: LM head logits cosine {cos:.6}"
+        );
+        let argmax = |v: &[f32]| {
+            v.iter()
+                .enumerate()
+                .max_by(|a, b| a.1.total_cmp(b.1))
+                .unwrap()
+                .0
+        };
+        assert_eq!(
+            argmax(&logits),
+            argmax(&last_logits),
+            "{file}: LM head top-1 differs"
+        );
     }
 }
 
