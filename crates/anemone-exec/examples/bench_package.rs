@@ -43,6 +43,7 @@ fn main() {
                 })
                 .collect();
             let mut state = package.new_state(&function).unwrap();
+            let in_place = package.in_place_state_updates(&function).unwrap().len();
             for _ in 0..iters.div_ceil(10) {
                 package.predict(&function, &inputs, &mut state).unwrap();
             }
@@ -55,7 +56,7 @@ fn main() {
                 .collect();
             times.sort_by(|a, b| a.total_cmp(b));
             println!(
-                "{precision} {function:8} p50 {:9.1} µs  min {:9.1} µs  (load {load_ms:.0} ms)",
+                "{precision} {function:8} p50 {:9.1} µs  min {:9.1} µs  (load {load_ms:.0} ms, {in_place} in-place state writes)",
                 times[times.len() / 2],
                 times[0]
             );

@@ -168,7 +168,8 @@ impl LoadedPackage {
     }
 
     /// The slice_update ops of `function` that write a state in place (the
-    /// `read_state → slice_update → write_state` chains run without copying the state).
+    /// `read_state → slice_update… → write_state` chains run without copying the state; if a
+    /// later write of a chain fails, the earlier ones have been applied).
     pub fn in_place_state_updates(&self, function: &str) -> Result<Vec<&str>> {
         Ok(self
             .function(function)?
@@ -352,8 +353,9 @@ fn plan_lifetimes(f: &Function, steps: &mut [Step]) {
     }
 }
 
-/// Marks each `read_state(s) → slice_update(x = read) → write_state(s, data = update)` chain
-/// whose intermediate values have no other use, with no other access to `s` in between.
+/// Marks each `read_state(s) → slice_update(x = read) [→ slice_update(x = previous)…] →
+/// write_state(s, data = last)` chain whose intermediate values have no other use, with no
+/// other access to `s` in between.
 fn fuse_state_updates(f: &Function, steps: &mut [Step]) {
     let mut uses = vec![0usize; f.values().len()];
     for s in steps.iter() {
@@ -368,43 +370,49 @@ fn fuse_state_updates(f: &Function, steps: &mut [Step]) {
         Op::ReadState { input } | Op::WriteState { input, .. } => *input == state,
         _ => false,
     };
+    let consumer = |steps: &[Step], from: usize, v: Var| {
+        (from + 1..steps.len()).find(|&j| steps[j].op.operands().contains(&v))
+    };
     for i in 0..steps.len() {
         let Op::ReadState { input: state } = steps[i].op else {
             continue;
         };
-        let read = steps[i].outputs[0];
-        if uses[read.index()] != 1 {
-            continue;
-        }
-        let Some(j) = (i + 1..steps.len()).find(|&j| steps[j].op.operands().contains(&read)) else {
-            continue;
+        let mut current = steps[i].outputs[0];
+        let mut at = i;
+        let mut chain = Vec::new();
+        let write = loop {
+            if uses[current.index()] != 1 {
+                break None;
+            }
+            let Some(j) = consumer(steps, at, current) else {
+                break None;
+            };
+            match &steps[j].op {
+                Op::SliceUpdate {
+                    x,
+                    update,
+                    begin,
+                    end,
+                } if *x == current && ![*update, *begin, *end].contains(&current) => {
+                    chain.push(j);
+                    current = steps[j].outputs[0];
+                    at = j;
+                }
+                Op::WriteState { input, data } if *input == state && *data == current => {
+                    break Some(j);
+                }
+                _ => break None,
+            }
         };
-        let Op::SliceUpdate {
-            x,
-            update,
-            begin,
-            end,
-        } = &steps[j].op
-        else {
-            continue;
-        };
-        if *x != read || [*update, *begin, *end].contains(&read) {
-            continue;
-        }
-        let updated = steps[j].outputs[0];
-        if uses[updated.index()] != 1 {
-            continue;
-        }
-        let Some(k) = (j + 1..steps.len()).find(|&k| steps[k].op.operands().contains(&updated))
-        else {
-            continue;
-        };
-        let writes_back = matches!(steps[k].op, Op::WriteState { input, data } if input == state && data == updated);
+        let Some(k) = write else { continue };
         let untouched_between = (i + 1..k).all(|m| !touches(&steps[m].op, state));
-        if writes_back && untouched_between {
+        if !chain.is_empty() && untouched_between {
             steps[i].fused = Fused::Elided;
             steps[k].fused = Fused::Elided;
-            steps[j].fused = Fused::UpdatesState(f.value_name(state).to_string());
+            let name = f.value_name(state).to_string();
+            for j in chain {
+                steps[j].fused = Fused::UpdatesState(name.clone());
+            }
         }
     }
 }

@@ -480,3 +480,67 @@ fn unfused_slice_update_keeps_the_old_value_for_its_other_users() {
     );
     assert_eq!(state.get("cache").unwrap().data, want);
 }
+
+/// One state holding K and V (`[2, C, 1, S]`) written by two chained slice_updates, as the
+/// converter's unified layout does: both run in place, and match a naive cache.
+#[test]
+fn chained_writes_into_a_unified_state_run_in_place() {
+    let mut f = FunctionBuilder::new("main");
+    let k = f
+        .input("k", TensorType::new(DType::F16, [1, 4, 1, 1]))
+        .unwrap();
+    let v = f
+        .input("v", TensorType::new(DType::F16, [1, 4, 1, 1]))
+        .unwrap();
+    let pos = f.input("pos", TensorType::new(DType::I32, [1])).unwrap();
+    let kv = f
+        .state("kv", TensorType::new(DType::F16, [2, 4, 1, 8]))
+        .unwrap();
+    let zeros = f.const_i32("zeros", &[3], &[0, 0, 0]).unwrap();
+    let ones = f.const_i32("ones", &[3], &[1, 0, 0]).unwrap();
+    let extent = f.const_i32("extent", &[4], &[1, 4, 1, 1]).unwrap();
+    let k_begin = f.concat("k_begin", &[zeros, pos], 0).unwrap();
+    let v_begin = f.concat("v_begin", &[ones, pos], 0).unwrap();
+    let k_end = f.add("k_end", k_begin, extent).unwrap();
+    let v_end = f.add("v_end", v_begin, extent).unwrap();
+    let old = f.read_state("old", kv).unwrap();
+    let with_k = f.slice_update("k_upd", old, k, k_begin, k_end).unwrap();
+    let with_v = f.slice_update("v_upd", with_k, v, v_begin, v_end).unwrap();
+    f.write_state("write", kv, with_v).unwrap();
+    let all = f.read_state("all", kv).unwrap();
+    let total = f.reduce_sum("total", all, &[0, 1, 2, 3], false).unwrap();
+    f.output(total).unwrap();
+    let loaded = load(vec![f.finish().unwrap()], Precision::Fp16);
+    let pkg = &loaded.package;
+    assert_eq!(
+        pkg.in_place_state_updates("main").unwrap(),
+        vec!["k_upd", "v_upd"]
+    );
+    let mut state = pkg.new_state("main").unwrap();
+    let mut want = vec![0.0f32; 64];
+    for p in 0..8usize {
+        let kv_vals: Vec<f32> = (0..8).map(|i| (p * 8 + i) as f32 * 0.25).collect();
+        for c in 0..4 {
+            want[c * 8 + p] = kv_vals[c];
+            want[32 + c * 8 + p] = kv_vals[4 + c];
+        }
+        let ins = inputs(vec![
+            (
+                "k",
+                Tensor::f16(vec![1, 4, 1, 1], kv_vals[..4].to_vec()).unwrap(),
+            ),
+            (
+                "v",
+                Tensor::f16(vec![1, 4, 1, 1], kv_vals[4..].to_vec()).unwrap(),
+            ),
+            ("pos", Tensor::i32(vec![1], &[p as i32]).unwrap()),
+        ]);
+        let out = pkg.predict("main", &ins, &mut state).unwrap();
+        assert_eq!(state.get("kv").unwrap().data, want, "position {p}");
+        assert_eq!(
+            out["total"].data,
+            vec![want.iter().sum::<f32>()],
+            "position {p}"
+        );
+    }
+}
