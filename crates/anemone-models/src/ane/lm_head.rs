@@ -7,7 +7,7 @@ use anemone_mil::{DType, FunctionBuilder, Program, SpecVersion, TensorType};
 
 use super::norm::rms_norm;
 use super::options::{ChunkOptions, MAX_ANE_DIM};
-use super::weights::{dense, load_checked};
+use super::weights::{dense, load_checked, PreparedWeight, WeightCompressor};
 use super::AneError;
 
 pub const FUNCTION: &str = "lm_head";
@@ -25,10 +25,12 @@ pub fn vocab_slices(vocab: usize) -> Vec<(usize, usize)> {
 }
 
 /// Builds the LM-head program. Loads the head (or the tied embedding) once as f32 and converts
-/// it slice by slice.
+/// it slice by slice; each slice `[len, hidden, 1, 1]` goes through `compressor` under the
+/// head's tensor name.
 pub fn build_lm_head_program(
     checkpoint: &Checkpoint,
     options: &ChunkOptions,
+    compressor: &dyn WeightCompressor,
 ) -> Result<Program, AneError> {
     let c = &checkpoint.config;
     let (h, vocab) = (c.hidden_size, c.vocab_size);
@@ -58,10 +60,12 @@ pub fn build_lm_head_program(
     )?;
     for (i, (first, len)) in vocab_slices(vocab).into_iter().enumerate() {
         let rows = &head[first * h..(first + len) * h];
-        let w = f.constant(
-            &format!("lm_head_{i}_weight"),
-            dense(vec![len, h, 1, 1], rows, options.precision)?,
-        )?;
+        let shape = [len, h, 1, 1];
+        let weight = match compressor.compress(head_name, &shape, rows, options.precision)? {
+            Some(w) => w,
+            None => PreparedWeight::Dense(dense(shape.to_vec(), rows, options.precision)?),
+        };
+        let w = weight.emit(&mut f, &format!("lm_head_{i}_weight"))?;
         let logits = f.conv1x1(&format!("logits_{i}"), normed, w, None)?;
         f.output(logits)?;
     }

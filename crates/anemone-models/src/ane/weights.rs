@@ -80,6 +80,12 @@ pub trait WeightCompressor: Send + Sync {
         values: &[f32],
         precision: Precision,
     ) -> Result<Option<PreparedWeight>, AneError>;
+
+    /// What the compressor did (scheme, per-tensor error…), recorded as the manifest's
+    /// `compression` entry once every weight went through [`WeightCompressor::compress`].
+    fn describe(&self) -> Option<serde_json::Value> {
+        None
+    }
 }
 
 /// The default: every weight dense in the compute precision.

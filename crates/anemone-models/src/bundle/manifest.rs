@@ -36,6 +36,9 @@ pub struct Manifest {
     pub provenance: Vec<SourceFile>,
     /// sha256 and size of every file of the bundle except this manifest, by relative path.
     pub files: BTreeMap<String, FileHash>,
+    /// What weight compression did (written by the compressor; absent when uncompressed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compression: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

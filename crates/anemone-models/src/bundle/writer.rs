@@ -266,7 +266,7 @@ fn write_contents(
 
     let lm_head = if lm_package {
         step(&mut done, "LM head".into());
-        let program = ane::lm_head::build_lm_head_program(checkpoint, copts)?;
+        let program = ane::lm_head::build_lm_head_program(checkpoint, copts, compressor)?;
         let rel = "lm_head.mlpackage".to_string();
         let summary = write_package(&program, &dir.join(&rel), &WriteOptions::default())?;
         remember_package_hashes(&mut known, &summary);
@@ -318,6 +318,7 @@ fn write_contents(
         tokenizer,
         provenance: Vec::new(),
         files,
+        compression: compressor.describe(),
     };
     Ok(manifest)
 }
