@@ -256,3 +256,37 @@ fn qwen25_coder_converts_and_tracks_the_reference() {
         16,
     );
 }
+
+#[test]
+fn smollm2_bundle_with_tokenizer_is_byte_reproducible() {
+    let dir = tempfile::tempdir().unwrap();
+    let ckpt = Checkpoint::open(model("smollm2-135m-instruct.Q4_1.gguf")).unwrap();
+    let opts = ConvertOptions {
+        chunk: ChunkOptions {
+            context: 64,
+            prefill_len: 16,
+            ..ChunkOptions::default()
+        },
+        sizing: ChunkSizing::LayersPerChunk(10),
+        ..ConvertOptions::default()
+    };
+    for name in ["a", "b"] {
+        convert(
+            &ckpt,
+            &dir.path().join(name),
+            &opts,
+            &Uncompressed,
+            &mut |_| {},
+        )
+        .unwrap();
+    }
+    let a = common_convert::tree_bytes(&dir.path().join("a"));
+    let b = common_convert::tree_bytes(&dir.path().join("b"));
+    assert!(a.iter().any(|(p, _)| p == "tokenizer.json"));
+    assert!(a.iter().any(|(p, _)| p == "chat_template.jinja"));
+    assert_eq!(a.len(), b.len());
+    for ((pa, ba), (pb, bb)) in a.iter().zip(&b) {
+        assert_eq!(pa, pb);
+        assert!(ba == bb, "{pa} differs between two conversions");
+    }
+}
