@@ -78,7 +78,10 @@ impl DecoderConfig {
             self.kv_dim(),
         );
         let mut out = vec![
-            ("model.embed_tokens.weight".to_string(), vec![self.vocab_size, h]),
+            (
+                "model.embed_tokens.weight".to_string(),
+                vec![self.vocab_size, h],
+            ),
             ("model.norm.weight".to_string(), vec![h]),
         ];
         if !self.tie_word_embeddings {
