@@ -39,6 +39,7 @@
 
 mod cluster;
 mod config;
+mod convert_hook;
 mod error;
 mod layout;
 mod linear;
@@ -49,6 +50,10 @@ mod stats;
 
 pub use cluster::{cluster, Clustering, KmeansAlgorithm, SortedPoints};
 pub use config::{CompressConfig, CompressRule};
+pub use convert_hook::{
+    CompressionRecord, CompressionSummary, ConfigCompressor, GroupSummary, RecordError,
+    TensorRecord, LM_HEAD_TENSOR,
+};
 pub use error::{CompressError, Result};
 pub use scheme::{LinearBits, PaletteMode, Scheme, DEFAULT_GROUP_SIZE, PALETTE_BITS};
 pub use stats::ErrorStats;

@@ -39,6 +39,13 @@ pub enum AneError {
     },
     #[error("unsupported model: {problem}")]
     Unsupported { problem: String },
+    /// A [`WeightCompressor`] could not compress a weight.
+    #[error("compressing tensor `{tensor}`: {source}")]
+    Compression {
+        tensor: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
     #[error(transparent)]

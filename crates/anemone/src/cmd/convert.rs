@@ -7,11 +7,14 @@ use std::time::Instant;
 use anemone_checkpoint::Checkpoint;
 use anemone_models::ane::{
     ChunkOptions, ChunkSizing, LmHeadPlacement, NormForm, Precision, StateLayout, Uncompressed,
+    WeightCompressor,
 };
 use anemone_models::bundle::{convert, ConvertOptions};
 use anyhow::{Context, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
+
+use super::compress_opts::CompressArgs;
 
 /// Convert a checkpoint into a bundle of Core ML packages for the Neural Engine.
 ///
@@ -25,6 +28,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 ///   anemone convert models/smollm2-135m-instruct.Q4_1.gguf --out smollm2.bundle
 ///   anemone convert ./qwen3-dir --out q3.bundle --layers-per-chunk 4 --state-layout split
 ///   anemone convert ./model --out m.bundle --precision fp32 --lm-head package --force --json
+///   anemone convert model.gguf --out m-int8.bundle --quantize int8
+///   anemone convert model.gguf --out m-lut4.bundle --palettize 4 --group-size 16
+///   anemone convert model.gguf --out m-mixed.bundle --compress-config mixed.json
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
 pub struct ConvertArgs {
@@ -67,6 +73,9 @@ pub struct ConvertArgs {
     #[arg(long, default_value = "host")]
     pub lm_head: LmHeadPlacement,
 
+    #[command(flatten)]
+    pub compression: CompressArgs,
+
     /// Replace an existing bundle at --out.
     #[arg(long)]
     pub force: bool,
@@ -96,15 +105,26 @@ pub fn run(args: ConvertArgs) -> Result<()> {
         lm_head: args.lm_head,
         force: args.force,
     };
+    let compressor = args
+        .compression
+        .compressor(args.precision, args.lm_head == LmHeadPlacement::Package)?;
+    let hook: &dyn WeightCompressor = match &compressor {
+        Some(c) => c,
+        None => &Uncompressed,
+    };
+    let compressing = compressor
+        .as_ref()
+        .map(|c| format!(" (compressing: {})", c.record().origin))
+        .unwrap_or_default();
     let bar = ProgressBar::new(1);
     bar.set_style(
         ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} {msg}")
             .expect("progress template is valid"),
     );
-    let summary = convert(&checkpoint, &args.out, &options, &Uncompressed, &mut |p| {
+    let summary = convert(&checkpoint, &args.out, &options, hook, &mut |p| {
         bar.set_length(p.total as u64);
         bar.set_position(p.done as u64);
-        bar.set_message(p.message);
+        bar.set_message(format!("{}{compressing}", p.message));
     });
     bar.finish_and_clear();
     let summary = summary.with_context(|| format!("converting {}", args.model.display()))?;
@@ -123,6 +143,7 @@ pub fn run(args: ConvertArgs) -> Result<()> {
             "files": m.files.len(),
             "total_bytes": summary.total_bytes,
             "seconds": seconds,
+            "compression": compressor.as_ref().map(|c| c.record().summary()),
         });
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -145,6 +166,9 @@ pub fn run(args: ConvertArgs) -> Result<()> {
             c.state_layout.name(),
             c.lm_head.name()
         );
+        if let Some(c) = &compressor {
+            super::compress_opts::print_summary(&c.record().summary(), "  ");
+        }
     }
     Ok(())
 }

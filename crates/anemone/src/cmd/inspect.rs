@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use anemone_compress::{CompressionRecord, CompressionSummary};
 use anemone_mil::{read_package, BlobFile};
 use anemone_models::ane::{lint_program, Finding, FunctionSignature, Severity};
 use anemone_models::bundle::{read_manifest, verify_files, FileCheck, Manifest, MANIFEST_FILE};
@@ -41,6 +42,8 @@ struct Report {
     path: PathBuf,
     kind: &'static str,
     manifest: Option<Manifest>,
+    /// Per tensor group: scheme, reconstruction error, bytes (compressed bundles only).
+    compression: Option<CompressionSummary>,
     file_checks: Option<Vec<FileCheck>>,
     packages: Vec<PackageReport>,
     lint_errors: usize,
@@ -128,10 +131,14 @@ pub fn run(args: InspectArgs) -> Result<()> {
             .iter()
             .map(|rel| inspect_package(&path.join(rel), rel.to_string()))
             .collect::<Result<Vec<_>>>()?;
+        let compression = CompressionRecord::from_manifest(&manifest)
+            .with_context(|| format!("{}", path.join(MANIFEST_FILE).display()))?
+            .map(|r| r.summary());
         Report {
             path: path.clone(),
             kind: "bundle",
             manifest: Some(manifest),
+            compression,
             file_checks: Some(checks),
             packages,
             lint_errors: 0,
@@ -142,6 +149,7 @@ pub fn run(args: InspectArgs) -> Result<()> {
             path: path.clone(),
             kind: "package",
             manifest: None,
+            compression: None,
             file_checks: None,
             packages: vec![inspect_package(path, path.display().to_string())?],
             lint_errors: 0,
@@ -223,6 +231,9 @@ fn print_text(r: &Report) {
             c.state_layout.name(),
             c.lm_head.name()
         );
+        if let Some(summary) = &r.compression {
+            super::compress_opts::print_summary(summary, "  ");
+        }
         println!("  provenance:");
         for s in &m.provenance {
             println!("    {}  {} ({} bytes)", s.sha256, s.path.display(), s.bytes);
