@@ -202,7 +202,7 @@ impl ErrorTally {
 fn largest_divisor_up_to(n: usize, want: usize) -> usize {
     (1..=want.min(n).max(1))
         .rev()
-        .find(|d| n % d == 0)
+        .find(|d| n.is_multiple_of(*d))
         .unwrap_or(1)
 }
 
@@ -212,7 +212,7 @@ fn fit_scheme(scheme: Scheme, shape: &[usize]) -> Scheme {
         Scheme::Linear {
             bits,
             block_size: Some(b),
-        } if shape.len() >= 2 && shape[1] % b != 0 => Scheme::Linear {
+        } if shape.len() >= 2 && !shape[1].is_multiple_of(b) => Scheme::Linear {
             bits,
             block_size: Some(largest_divisor_up_to(shape[1], b)),
         },
@@ -220,7 +220,7 @@ fn fit_scheme(scheme: Scheme, shape: &[usize]) -> Scheme {
             bits,
             mode,
             group_size,
-        } if group_size != 0 && !shape.is_empty() && shape[0] % group_size != 0 => {
+        } if group_size != 0 && !shape.is_empty() && !shape[0].is_multiple_of(group_size) => {
             Scheme::Palettize {
                 bits,
                 mode,

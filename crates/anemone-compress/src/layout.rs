@@ -48,7 +48,18 @@ impl Layout {
 
 /// Rejects NaN and infinities (they have no quantized value and would poison a whole block).
 pub(crate) fn check_finite(tensor: &str, what: &'static str, values: &[f32]) -> Result<()> {
-    match values.iter().position(|v| !v.is_finite()) {
+    use rayon::prelude::*;
+    const CHUNK: usize = 1 << 16;
+    let first_bad = values
+        .par_chunks(CHUNK)
+        .enumerate()
+        .filter_map(|(c, chunk)| {
+            // a branch-free scan per chunk; locate the element only if there is one
+            let any = chunk.iter().fold(false, |a, v| a | !v.is_finite());
+            any.then(|| c * CHUNK + chunk.iter().position(|v| !v.is_finite()).unwrap_or(0))
+        })
+        .min();
+    match first_bad {
         Some(index) => Err(CompressError::NonFinite {
             tensor: tensor.into(),
             what,

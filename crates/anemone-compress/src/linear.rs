@@ -25,16 +25,73 @@ pub(crate) struct LinearQuantized {
 #[inline]
 pub(crate) fn round_to_f16(x: f32) -> f32 {
     let a = x.abs();
-    if a < 6.103_515_6e-5 {
+    if a < F16_MIN_NORMAL {
         const Q: f32 = 16_777_216.0; // 2^24
         (round_ties_even_small(x * Q) / Q).copysign(x)
     } else if a < 65504.0 {
-        let bits = x.to_bits();
-        let lsb = (bits >> 13) & 1;
-        f32::from_bits((bits + 0x0fff + lsb) & !0x1fff)
+        round_normal_to_f16(x)
     } else {
         f16::from_f32(x).to_f32()
     }
+}
+
+/// Smallest positive fp16 normal, 2^-14.
+const F16_MIN_NORMAL: f32 = 6.103_515_6e-5;
+
+/// [`round_to_f16`] for 0 and values whose fp16 rounding is a normal number.
+#[inline]
+fn round_normal_to_f16(x: f32) -> f32 {
+    let bits = x.to_bits();
+    let lsb = (bits >> 13) & 1;
+    f32::from_bits((bits + 0x0fff + lsb) & !0x1fff)
+}
+
+/// Largest magnitude (weights are finite, checked before), in `LANES` accumulators.
+fn max_abs(w: &[f32]) -> f32 {
+    let mut m = [0f32; LANES];
+    let mut chunks = w.chunks_exact(LANES);
+    for c in &mut chunks {
+        for l in 0..LANES {
+            m[l] = if c[l].abs() > m[l] { c[l].abs() } else { m[l] };
+        }
+    }
+    let tail = chunks.remainder().iter().fold(0f32, |a, v| a.max(v.abs()));
+    m.iter().fold(tail, |a, &v| a.max(v))
+}
+
+/// Lanes of the vectorized block loop.
+const LANES: usize = 8;
+
+/// Quantizes one block whose products `q · step` are all 0 or fp16 normals, in `LANES`
+/// independent f32 accumulators (so the loop vectorizes); sums go to f64 once per block.
+/// Returns `(Σ(w − ŵ)², Σw², max |w − ŵ|)`.
+fn quantize_normal_block(q: &mut [u8], w: &[f32], step: f32, lo: f32, hi: f32) -> (f64, f64, f64) {
+    let mut e2 = [0f32; LANES];
+    let mut r2 = [0f32; LANES];
+    let mut emax = [0f32; LANES];
+    let mut lane_chunk = |q: &mut [u8], w: &[f32]| {
+        for l in 0..q.len() {
+            // |w / s| <= qmax by the choice of s; the clamp only guards rounding
+            let qf = round_ties_even_small(w[l] / step).clamp(lo, hi);
+            q[l] = qf as i8 as u8;
+            let d = w[l] - round_normal_to_f16(qf * step);
+            e2[l] += d * d;
+            r2[l] += w[l] * w[l];
+            emax[l] = emax[l].max(d.abs());
+        }
+    };
+    let mut qc = q.chunks_exact_mut(LANES);
+    let mut wc = w.chunks_exact(LANES);
+    for (qs, ws) in (&mut qc).zip(&mut wc) {
+        lane_chunk(qs, ws);
+    }
+    lane_chunk(qc.into_remainder(), wc.remainder());
+    let sum = |a: [f32; LANES]| a.iter().map(|&v| v as f64).sum::<f64>();
+    (
+        sum(e2),
+        sum(r2),
+        emax.iter().fold(0f32, |m, &v| m.max(v)) as f64,
+    )
 }
 
 /// `x` rounded to the nearest integer, ties to even, for `|x| < 2^22` (adding and removing
@@ -91,7 +148,7 @@ pub(crate) fn quantize(
                     .zip(s_row.iter_mut())
                     .enumerate()
                 {
-                    let max_abs = w_blk.iter().fold(0f32, |m, v| m.max(v.abs()));
+                    let max_abs = max_abs(w_blk);
                     *s =
                         block_scale(max_abs, qmax).ok_or_else(|| CompressError::ScaleOverflow {
                             tensor: tensor.into(),
@@ -99,12 +156,25 @@ pub(crate) fn quantize(
                             scale: max_abs / qmax as f32,
                         })?;
                     let step = s.to_f32();
-                    for (qv, &wv) in q_blk.iter_mut().zip(w_blk) {
-                        // |wv / s| <= qmax by the choice of s; the clamp only guards rounding.
-                        let qf = round_ties_even_small(wv / step).clamp(-qmax as f32, qmax as f32);
-                        *qv = qf as i8 as u8;
-                        acc.add(wv, round_to_f16(qf * step));
+                    let (lo, hi) = (-qmax as f32, qmax as f32);
+                    // every product q·step is 0 or an fp16 normal: the branch-free rounding
+                    // applies and the loop vectorizes
+                    let normal = step >= F16_MIN_NORMAL && max_abs <= 32768.0;
+                    if normal {
+                        let (e2, r2, emax) = quantize_normal_block(q_blk, w_blk, step, lo, hi);
+                        acc.add_sums(e2, r2, emax);
+                        continue;
                     }
+                    let (mut e2, mut r2, mut emax) = (0f64, 0f64, 0f32);
+                    for (qv, &wv) in q_blk.iter_mut().zip(w_blk) {
+                        let qf = round_ties_even_small(wv / step).clamp(lo, hi);
+                        *qv = qf as i8 as u8;
+                        let d = wv - round_to_f16(qf * step);
+                        e2 += (d as f64) * (d as f64);
+                        r2 += (wv as f64) * (wv as f64);
+                        emax = emax.max(d.abs());
+                    }
+                    acc.add_sums(e2, r2, emax as f64);
                 }
                 Ok(acc)
             },

@@ -50,6 +50,13 @@ impl ErrorAccumulator {
         self.max_abs = self.max_abs.max(d);
     }
 
+    /// Adds sums gathered elsewhere: `Σ(w − ŵ)²`, `Σw²` and `max |w − ŵ|`.
+    pub fn add_sums(&mut self, err2: f64, ref2: f64, max_abs: f64) {
+        self.err2 += err2;
+        self.ref2 += ref2;
+        self.max_abs = self.max_abs.max(max_abs);
+    }
+
     pub fn merge(self, o: ErrorAccumulator) -> ErrorAccumulator {
         ErrorAccumulator {
             err2: self.err2 + o.err2,

@@ -8,6 +8,11 @@ use anemone_mil::DType;
 use common::{assert_close, naive_decode, naive_error, Rng};
 use half::f16;
 
+/// Tolerance tier for [`ErrorStats`](anemone_compress::ErrorStats) against a naive f64
+/// measurement: linear quantization sums squares in 8 f32 lanes per block (vectorized), then
+/// in f64 across blocks.
+const STATS_REL_TOL: f64 = 1e-5;
+
 fn scheme(bits: LinearBits, block_size: Option<usize>) -> Scheme {
     Scheme::Linear { bits, block_size }
 }
@@ -131,7 +136,7 @@ fn error_stats_match_a_naive_measurement() {
         let c = compress("w", &w, &[32, 48], &s).unwrap();
         let (rel, max) = naive_error(&w, &naive_decode(&c));
         assert!(
-            (c.stats().relative_rms - rel).abs() <= 1e-12 * rel,
+            (c.stats().relative_rms - rel).abs() <= STATS_REL_TOL * rel,
             "{s}: {} vs {rel}",
             c.stats().relative_rms
         );
