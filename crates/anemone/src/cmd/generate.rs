@@ -1,7 +1,10 @@
-//! `anemone generate`: text (or token ids) from a checkpoint through the fp32 reference forward.
+//! `anemone generate`: text (or token ids) from a checkpoint through the fp32 reference forward,
+//! or from a converted bundle through the MIL executor (fp16 or fp32 arithmetic).
 
-use anemone_checkpoint::Checkpoint;
+use anemone_checkpoint::{Checkpoint, TokenizerBundle};
 use anemone_models::reference::{ReferenceModel, ReferenceOptions};
+use anemone_runtime::backend::{native_precision, ExecPrecision, ExecutorBackend};
+use anemone_runtime::pipeline::{Pipeline, PipelineOptions};
 use anemone_runtime::{
     generate, npy, prompt, Generation, GenerationOptions, LogitsModel, SamplerConfig, TextStream,
 };
@@ -10,7 +13,7 @@ use clap::Args;
 use std::io::Write;
 use std::path::PathBuf;
 
-/// Generate text from a checkpoint with the fp32 reference forward.
+/// Generate text from a checkpoint (fp32 reference forward) or a bundle (the MIL executor).
 ///
 /// Text is streamed to stdout as it is generated; prefill and decode tok/s go to stderr.
 /// Sampling is greedy unless --temperature is above 0.
@@ -19,10 +22,12 @@ use std::path::PathBuf;
 ///   anemone generate models/smollm2-135m-instruct.Q4_1.gguf --prompt "The capital of France is"
 ///   anemone generate ./my-hf-model --prompt "Write a haiku" --chat --temperature 0.7 --seed 1
 ///   anemone generate ./my-hf-model --prompt-ids 1,2,3 --json --dump-logits logits.npy
+///   anemone generate smollm2.bundle --prompt "The capital of France is" --precision fp16
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
 pub struct GenerateArgs {
-    /// A Hugging Face checkpoint directory (config.json + safetensors) or a .gguf file.
+    /// A Hugging Face checkpoint directory (config.json + safetensors), a .gguf file, or a bundle
+    /// directory written by `anemone convert`.
     pub model: PathBuf,
 
     /// Prompt text (encoded with the checkpoint's tokenizer).
@@ -78,6 +83,11 @@ pub struct GenerateArgs {
     /// Threads for the forward pass (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
+
+    /// Bundles only: the executor's arithmetic, fp16 (as the Neural Engine computes) or fp32.
+    /// Default: the bundle's own precision.
+    #[arg(long)]
+    pub precision: Option<ExecPrecision>,
 }
 
 #[derive(serde::Serialize)]
@@ -90,8 +100,35 @@ struct JsonReport<'a> {
 }
 
 pub fn run(args: GenerateArgs) -> Result<()> {
+    if args
+        .model
+        .join(anemone_models::bundle::MANIFEST_FILE)
+        .is_file()
+    {
+        let pipeline = open_bundle(&args)?;
+        let session = pipeline.session()?;
+        return run_model(&args, pipeline.tokenizer(), pipeline.stop_ids(), || {
+            Ok(session)
+        });
+    }
+    if args.precision.is_some() {
+        bail!("--precision applies to bundles; a checkpoint runs the fp32 reference forward");
+    }
     let checkpoint = load_checkpoint(&args)?;
     let tokenizer = checkpoint.tokenizer.as_ref();
+    let stop_ids = prompt::stop_ids(&checkpoint.config.eos_token_ids, tokenizer);
+    run_model(&args, tokenizer, stop_ids, || {
+        load_reference(&checkpoint, &args)
+    })
+}
+
+/// Encodes the prompt, loads the model (after the prompt is known to encode) and generates.
+fn run_model<M: LogitsModel>(
+    args: &GenerateArgs,
+    tokenizer: Option<&TokenizerBundle>,
+    stop_ids: Vec<u32>,
+    load: impl FnOnce() -> Result<M>,
+) -> Result<()> {
     let prompt_ids = match (&args.prompt, &args.prompt_ids) {
         (_, Some(ids)) => ids.clone(),
         (Some(text), None) => {
@@ -117,10 +154,10 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         },
         force_ids: args.force_ids.clone(),
         capture_logits: args.dump_logits.is_some(),
-        stop_ids: prompt::stop_ids(&checkpoint.config.eos_token_ids, tokenizer),
+        stop_ids,
     };
     options.sampler.validate()?;
-    let mut model = load_reference(&checkpoint, &args)?;
+    let mut model = load()?;
 
     let stdout = std::io::stdout();
     let mut stream = tokenizer.map(|b| TextStream::new(&b.tokenizer));
@@ -179,6 +216,36 @@ fn load_checkpoint(args: &GenerateArgs) -> Result<Checkpoint> {
         .with_context(|| format!("opening checkpoint {}", args.model.display()))?;
     spinner.finish_and_clear();
     Ok(checkpoint)
+}
+
+fn open_bundle(args: &GenerateArgs) -> Result<Pipeline<ExecutorBackend>> {
+    let manifest = anemone_models::bundle::read_manifest(&args.model)
+        .with_context(|| format!("reading bundle {}", args.model.display()))?;
+    let precision = args
+        .precision
+        .unwrap_or_else(|| native_precision(manifest.conversion.precision));
+    let backend = match args.threads {
+        Some(threads) => ExecutorBackend::with_threads(precision, threads)?,
+        None => ExecutorBackend::new(precision),
+    };
+    let spinner = spinner(format!(
+        "loading bundle {} ({precision} executor)",
+        args.model.display()
+    ));
+    let options = PipelineOptions {
+        host_threads: args.threads,
+        ..PipelineOptions::default()
+    };
+    let pipeline = Pipeline::open(&args.model, backend, &options)
+        .with_context(|| format!("opening bundle {}", args.model.display()))?;
+    spinner.finish_and_clear();
+    tracing::info!(
+        context = pipeline.context(),
+        chunks = manifest.chunks.len(),
+        %precision,
+        "bundle ready"
+    );
+    Ok(pipeline)
 }
 
 fn load_reference(checkpoint: &Checkpoint, args: &GenerateArgs) -> Result<ReferenceModel> {
