@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Compressed bundles of the real models side by side: for SmolLM2-135M and Qwen2.5-Coder-0.5B,
-# convert fp16, int8, int4 (per block of 32 input channels), LUT8 (k-means, 32 rows per LUT),
+# convert fp16, int8, int4 (per block of 32 input channels), LUT8 (k-means, 32 and 8 rows per LUT),
 # LUT6 and LUT4 (k-means, 16 rows per LUT) and one mixed config (attention int8, MLP LUT6), then
 # `anemone gate` every bundle of a model in one run (teacher-forced against the fp32 reference,
 # fp16 executor, default prompts, --steps 8, default thresholds). Prints a markdown table:
@@ -9,7 +9,7 @@
 #
 # Env: ANEMONE_MODELS (default <repo>/models), OUT (default target/compress-table),
 # STEPS (default 8), THREADS (gate threads, default all cores), MODELS (space-separated subset
-# of "smollm2 qwen2.5"). Release build.
+# of "smollm2 qwen2.5"), ONLY (comma-separated subset of the variant names). Release build.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 MODELS_DIR="${ANEMONE_MODELS:-$ROOT/models}"
@@ -33,6 +33,7 @@ VARIANTS=(
   "int8|--quantize int8"
   "int4-b32|--quantize int4 --block-size 32"
   "lut8-g32|--palettize 8 --group-size 32"
+  "lut8-g8|--palettize 8 --group-size 8"
   "lut6-g16|--palettize 6 --group-size 16"
   "lut4-g16|--palettize 4 --group-size 16"
   "mixed|--compress-config $OUT/mixed.json"
@@ -55,6 +56,7 @@ for model in $MODELS; do
   for v in "${VARIANTS[@]}"; do
     name="${v%%|*}"
     flags="${v#*|}"
+    if [ -n "${ONLY:-}" ] && [[ ",$ONLY," != *",$name,"* ]]; then continue; fi
     bundle="$OUT/$model-$name.bundle"
     start=$(date +%s.%N)
     # shellcheck disable=SC2086
