@@ -87,7 +87,11 @@ fn convert(name: &str, out: &Path, flags: &[&str]) -> Value {
     ];
     args.extend_from_slice(flags);
     let run = anemone(&args);
-    assert!(run.status.success(), "convert failed: {}", text(&run.stderr));
+    assert!(
+        run.status.success(),
+        "convert failed: {}",
+        text(&run.stderr)
+    );
     let report: Value = serde_json::from_slice(&run.stdout).unwrap();
     assert!(
         report["compression"]["bytes_saved"].as_u64().unwrap() > 0,
@@ -158,7 +162,9 @@ fn check_record(ckpt: &Checkpoint, t: &Value) {
         .collect();
     let (rows, cols) = (shape[0], shape[1]);
     let all = ckpt.load_f32(source).unwrap();
-    let first = t["rows"].as_array().map_or(0, |r| r[0].as_u64().unwrap() as usize);
+    let first = t["rows"]
+        .as_array()
+        .map_or(0, |r| r[0].as_u64().unwrap() as usize);
     let w = &all[first * cols..(first + rows) * cols];
     let scheme = t["scheme"].as_str().unwrap();
     let rel = t["error"]["relative_rms"].as_f64().unwrap();
@@ -202,9 +208,9 @@ fn check_record(ckpt: &Checkpoint, t: &Value) {
         let blocks = w
             .chunks(group * cols)
             .map(|g| {
-                let (lo, hi) = g.iter().fold((f32::MAX, f32::MIN), |(lo, hi), &v| {
-                    (lo.min(v), hi.max(v))
-                });
+                let (lo, hi) = g
+                    .iter()
+                    .fold((f32::MAX, f32::MIN), |(lo, hi), &v| (lo.min(v), hi.max(v)));
                 (g, (hi - lo) as f64 / ((1u32 << bits) - 1) as f64)
             })
             .collect::<Vec<_>>();
@@ -240,7 +246,10 @@ fn check_bundle(name: &str, flags: &[&str], tier: f64, expect: &dyn Fn(&str) -> 
     validate(&out.join(manifest["lm_head"]["path"].as_str().unwrap()));
 
     let layers = manifest["config"]["num_hidden_layers"].as_u64().unwrap() as usize;
-    let slices = manifest["lm_head"]["vocab_slices"].as_array().unwrap().len();
+    let slices = manifest["lm_head"]["vocab_slices"]
+        .as_array()
+        .unwrap()
+        .len();
     let record = &manifest["compression"];
     let tensors = record["tensors"].as_array().unwrap();
     assert_eq!(tensors.len(), 7 * layers + slices, "{record}");
@@ -382,7 +391,11 @@ fn conflicting_or_bad_options_are_refused_by_name() {
     )
     .unwrap();
     let broken = tmp.path().join("broken.json");
-    std::fs::write(&broken, r#"{"rules": [{"pattern": "*", "scheme": "int5"}]}"#).unwrap();
+    std::fs::write(
+        &broken,
+        r#"{"rules": [{"pattern": "*", "scheme": "int5"}]}"#,
+    )
+    .unwrap();
     let cases: [(&[&str], &str); 7] = [
         (&["--quantize", "int8", "--palettize", "4"], "--palettize"),
         (
@@ -402,7 +415,12 @@ fn conflicting_or_bad_options_are_refused_by_name() {
         ),
     ];
     for (flags, needle) in cases {
-        let mut args = vec!["convert", model.to_str().unwrap(), "--out", out.to_str().unwrap()];
+        let mut args = vec![
+            "convert",
+            model.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ];
         args.extend_from_slice(flags);
         let run = anemone(&args);
         assert!(!run.status.success(), "{flags:?} was accepted");
