@@ -122,7 +122,7 @@ impl Default for ChunkOptions {
             context: 512,
             prefill_len: 64,
             precision: Precision::Fp16,
-            norm: NormForm::LayernormTrick,
+            norm: NormForm::MaxScaled,
             state_layout: StateLayout::Unified,
         }
     }
