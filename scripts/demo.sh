@@ -17,8 +17,9 @@ mkdir -p "$out"
 
 echo "== convert $model -> $bundle"
 "$anemone" convert "$model" --out "$bundle" --force
-echo "== inspect (lint + hashes)"
-"$anemone" inspect "$bundle" | head -n 25
+echo "== inspect (lint + hashes; full report in $out/inspect.txt)"
+"$anemone" inspect "$bundle" --strict > "$out/inspect.txt"
+head -n 20 "$out/inspect.txt"
 echo "== gate: bundle (fp16 executor) vs fp32 reference"
 "$anemone" gate "$bundle" --reference "$model" --plot "$out/smollm2-gate.svg"
 echo "== generate from the bundle"

@@ -25,6 +25,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    restore_default_sigpipe();
     let cli = Cli::parse();
     init_logging(cli.verbose);
     let result = match cli.command {
@@ -39,6 +40,17 @@ fn main() -> ExitCode {
             eprintln!("error: {error:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Rust ignores SIGPIPE, so `anemone inspect … | head` would panic on the closed pipe. A command
+/// line tool ends quietly instead, like every other Unix filter. Outputs are still never left
+/// half-written: bundles are built in a temp dir and renamed into place only when complete.
+fn restore_default_sigpipe() {
+    #[cfg(unix)]
+    // SAFETY: called first thing in main, before any thread exists; SIG_DFL is a valid handler.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }
 
