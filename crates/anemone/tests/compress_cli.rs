@@ -5,8 +5,11 @@
 //! step size predicts from the checkpoint's own values, and `inspect` shows the summary.
 //! Conflicting options are refused with a message naming them.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod support;
+use support::{anemone, fixture, text, validator};
+
+use std::path::Path;
+use std::process::Command;
 
 use anemone_checkpoint::Checkpoint;
 use serde_json::Value;
@@ -21,30 +24,6 @@ const INSTALL_HINT: &str = "install it with: pip install coremltools \"numpy<2.4
 const TIER_INT8: f64 = 0.999;
 const TIER_6BIT: f64 = 0.93;
 const TIER_4BIT: f64 = 0.7;
-
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures/oracle")
-        .join(name)
-}
-
-fn validator() -> PathBuf {
-    if let Ok(p) = std::env::var("ANEMONE_VALIDATOR") {
-        return PathBuf::from(p);
-    }
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/tools/validate_mlpackage.py")
-}
-
-fn anemone(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_anemone"))
-        .args(args)
-        .output()
-        .expect("run anemone")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
 
 fn validate(pkg: &Path) {
     let v = validator();

@@ -13,8 +13,10 @@
 //! SmolLM2 runs the default prompts and steps; Qwen2.5 (4× the weights) the canary and the
 //! code prompt for 4 steps, to bound the suite's time. `inspect` shows the compression summary.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod support;
+use support::{anemone, model, text};
+
+use std::path::Path;
 
 use serde_json::Value;
 
@@ -22,30 +24,6 @@ use serde_json::Value;
 /// SmolLM2: 0.9931 and 0.9978).
 const INT8_MIN_COSINE: &str = "0.99";
 const INT8_MIN_CHUNK_COSINE: &str = "0.995";
-
-fn model(file: &str) -> PathBuf {
-    let dir = std::env::var_os("ANEMONE_MODELS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models"));
-    let path = dir.join(file);
-    assert!(
-        path.is_file(),
-        "{} is missing: run `scripts/fetch-models.sh` (or set ANEMONE_MODELS)",
-        path.display()
-    );
-    path
-}
-
-fn anemone(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_anemone"))
-        .args(args)
-        .output()
-        .expect("run anemone")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
 
 /// Converts `file` with `--quantize int8`, gates it at the int8 tier and checks `inspect`.
 fn int8_passes_its_gate(file: &str, gate_args: &[&str]) {

@@ -1,25 +1,8 @@
 //! `anemone convert` as a user runs it: the built binary on an oracle fixture, its JSON summary,
 //! refusal to overwrite, and named errors for bad option values.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures/oracle")
-        .join(name)
-}
-
-fn anemone(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_anemone"))
-        .args(args)
-        .output()
-        .expect("run anemone")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+mod support;
+use support::{anemone, fixture, text};
 
 #[test]
 fn convert_writes_a_bundle_and_refuses_to_overwrite_it() {

@@ -3,29 +3,19 @@
 //! status 1 naming chunk 1; a modified bundle file is refused by its sha256; a context overflow is
 //! an error; several variants land in one JSON report and one SVG plot.
 
+mod support;
+use support::{anemone, fixture};
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use anemone_checkpoint::{Checkpoint, CheckpointError, TensorInfo, TensorStore};
 use anemone_models::ane::{ChunkOptions, ChunkSizing, LmHeadPlacement, Precision, Uncompressed};
 use anemone_models::bundle::{convert, ConvertOptions};
 use serde_json::Value;
 
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures/oracle")
-        .join(name)
-}
-
 /// Three layers (multi-head attention): chunk 1 sits between two healthy chunks.
 const FIXTURE: &str = "qwen2_mha";
-
-fn anemone(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_anemone"))
-        .args(args)
-        .output()
-        .expect("run anemone")
-}
 
 fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()

@@ -3,8 +3,10 @@
 //! `--precision fp16` runs the same bundle in fp16 arithmetic; prompt + tokens beyond the bundle's
 //! context is an error; `--precision` on a checkpoint is refused.
 
+mod support;
+use support::anemone;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 use anemone_checkpoint::Checkpoint;
 use anemone_models::ane::{ChunkOptions, ChunkSizing, LmHeadPlacement, Precision, Uncompressed};
@@ -20,13 +22,6 @@ fn fixture() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../tests/fixtures/oracle")
         .join(FIXTURE)
-}
-
-fn anemone(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_anemone"))
-        .args(args)
-        .output()
-        .expect("run anemone")
 }
 
 fn ids(oracle: &Value, key: &str) -> Vec<u32> {

@@ -1,10 +1,13 @@
 //! `anemone generate` as a user runs it: the built binary against transformers' oracle fixtures
 //! (through `--prompt-ids … --temperature 0 --json --dump-logits`), its errors, and real models.
 
+mod support;
+use support::anemone;
+
 use anemone_runtime::npy;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 /// The bar for fp32 logits against transformers.
 const LOGITS_TOLERANCE: f32 = 1e-3;
@@ -20,13 +23,6 @@ struct Report {
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn anemone(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_anemone"))
-        .args(args)
-        .output()
-        .expect("run anemone")
 }
 
 fn ids_arg(ids: &[u32]) -> String {

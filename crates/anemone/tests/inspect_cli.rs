@@ -1,21 +1,12 @@
 //! `anemone inspect`: bundle and package reports, file-hash verification, and the ANE lint on a
 //! deliberately bad package (with `--strict` turning lint errors into a failing exit status).
 
+mod support;
+use support::{anemone, text};
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 use anemone_mil::{DType, FunctionBuilder, Program, SpecVersion, TensorType, WriteOptions};
-
-fn anemone(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_anemone"))
-        .args(args)
-        .output()
-        .expect("run anemone")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
 
 fn converted(dir: &Path) -> PathBuf {
     let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/oracle/qwen2_mha");
