@@ -212,9 +212,11 @@ fn fit_scheme(scheme: Scheme, shape: &[usize]) -> Scheme {
         Scheme::Linear {
             bits,
             block_size: Some(b),
+            mode,
         } if shape.len() >= 2 && !shape[1].is_multiple_of(b) => Scheme::Linear {
             bits,
             block_size: Some(largest_divisor_up_to(shape[1], b)),
+            mode,
         },
         Scheme::Palettize {
             bits,
@@ -336,16 +338,21 @@ impl WeightCompressor for ConfigCompressor {
                 source: Box::new(e),
             })?;
         let stats = *compressed.stats();
-        tracing::debug!(tensor = name, %scheme, relative_rms = stats.relative_rms,
+        tracing::debug!(tensor = name, applied = %compressed.scheme(), relative_rms = stats.relative_rms,
             max_abs = stats.max_abs, ms = started.elapsed().as_millis() as u64, "compressed");
-        record.scheme = Some(scheme);
+        // the scheme as applied: Auto resolves to Grid (with its block size) or Symmetric
+        record.scheme = Some(*compressed.scheme());
         record.error = Some(stats);
         record.stored_bytes = compressed.payload_bytes() as u64;
         let weight = match compressed.payload() {
-            Payload::BlockwiseShiftScale { data, scale } => PreparedWeight::BlockwiseShiftScale {
+            Payload::BlockwiseShiftScale {
+                data,
+                scale,
+                offset,
+            } => PreparedWeight::BlockwiseShiftScale {
                 data: data.clone(),
                 scale: scale.clone(),
-                offset: None,
+                offset: offset.clone(),
             },
             Payload::LutToDense { indices, lut } => PreparedWeight::Lut {
                 indices: indices.clone(),

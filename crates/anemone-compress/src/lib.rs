@@ -27,6 +27,10 @@
 //! Linear quantization is symmetric (`[-127, 127]` / `[-7, 7]`, no offset), with the scale the
 //! smallest fp16 not below `max|w| / qmax` (nothing clips; every weight lands within half a
 //! step) and rounding to nearest, ties to even. An all-zero block gets scale 1 and zero data.
+//! Except: a weight from a block-quantized source (a GGUF Q4_1 dequantizes every 32 values to
+//! `min + d·q`, q in 0..15) is stored on the source's own grids ([`LinearMode::Grid`], chosen
+//! by the default [`LinearMode::Auto`] when ≥ 90% of sampled blocks lie on one): scale = the
+//! grid step, an fp16 offset per block, reconstruction within fp16 rounding of the source.
 //!
 //! k-means clusters each group's values binned by fp16 value with exact moments of the
 //! original f32 values, so it minimizes the true squared error at the LUT's own precision.
@@ -41,6 +45,7 @@ mod cluster;
 mod config;
 mod convert_hook;
 mod error;
+mod grid;
 mod layout;
 mod linear;
 mod pack;
@@ -55,7 +60,7 @@ pub use convert_hook::{
     TensorRecord, LM_HEAD_TENSOR,
 };
 pub use error::{CompressError, Result};
-pub use scheme::{LinearBits, PaletteMode, Scheme, DEFAULT_GROUP_SIZE, PALETTE_BITS};
+pub use scheme::{LinearBits, LinearMode, PaletteMode, Scheme, DEFAULT_GROUP_SIZE, PALETTE_BITS};
 pub use stats::ErrorStats;
 
 use anemone_mil::{DType, FunctionBuilder, TensorData, Var};
@@ -67,8 +72,12 @@ use layout::{check_finite, Layout};
 #[derive(Clone, Debug, PartialEq)]
 pub enum Payload {
     /// `constexpr_blockwise_shift_scale`: `data` int8/int4 of the weight's shape, `scale` fp16
-    /// `[O, I/B, 1…]`.
-    BlockwiseShiftScale { data: TensorData, scale: TensorData },
+    /// `[O, I/B, 1…]`, with a source grid an fp16 `offset` of the scale's shape.
+    BlockwiseShiftScale {
+        data: TensorData,
+        scale: TensorData,
+        offset: Option<TensorData>,
+    },
     /// `constexpr_lut_to_dense`: `indices` uintN of the weight's shape, `lut` fp16
     /// `[O/G, 1, 1…, 2^N, 1]`.
     LutToDense {
@@ -88,6 +97,8 @@ pub struct Compressed {
 }
 
 impl Compressed {
+    /// The scheme as applied: a linear [`LinearMode::Auto`] resolved to `Grid` (with the
+    /// grid's block size) or `Symmetric`, group / block sizes as used.
     pub fn scheme(&self) -> &Scheme {
         &self.scheme
     }
@@ -109,8 +120,14 @@ impl Compressed {
     /// Bytes the payload occupies in weight.bin (data + scales / indices + LUTs).
     pub fn payload_bytes(&self) -> usize {
         match &self.payload {
-            Payload::BlockwiseShiftScale { data, scale } => {
-                data.bytes().len() + scale.bytes().len()
+            Payload::BlockwiseShiftScale {
+                data,
+                scale,
+                offset,
+            } => {
+                data.bytes().len()
+                    + scale.bytes().len()
+                    + offset.as_ref().map_or(0, |o| o.bytes().len())
             }
             Payload::LutToDense { indices, lut } => indices.bytes().len() + lut.bytes().len(),
         }
@@ -119,13 +136,23 @@ impl Compressed {
     /// The dense weight Core ML reconstructs (fp16 values as f32), decoded from the payload.
     pub fn decompress(&self) -> Vec<f32> {
         match &self.payload {
-            Payload::BlockwiseShiftScale { data, scale } => {
+            Payload::BlockwiseShiftScale {
+                data,
+                scale,
+                offset,
+            } => {
                 let q = data.to_f32_vec();
                 let s = scale.to_f32_vec();
+                let o = offset.as_ref().map(|o| o.to_f32_vec());
                 let block = q.len() / s.len();
+                let fp16 = |x: f32| f16::from_f32(x).to_f32();
                 q.iter()
                     .enumerate()
-                    .map(|(i, &v)| f16::from_f32(v * s[i / block]).to_f32())
+                    .map(|(i, &v)| {
+                        // fp16(scale · fp16(data − offset)), as coremltools' decompress
+                        let shifted = o.as_ref().map_or(v, |o| fp16(v - o[i / block]));
+                        fp16(shifted * s[i / block])
+                    })
                     .collect()
             }
             Payload::LutToDense { indices, lut } => {
@@ -187,10 +214,15 @@ pub fn compress_with(
         tensor: tensor.into(),
         source,
     };
+    // what was applied: a linear Auto mode resolves to Grid or Symmetric
+    let mut applied = *scheme;
     let (payload, stats) = match *scheme {
-        Scheme::Linear { bits, block_size } => {
-            let block = block_size.unwrap_or(layout.in_channels);
-            if layout.in_channels % block != 0 {
+        Scheme::Linear {
+            bits,
+            block_size,
+            mode,
+        } => {
+            if let Some(block) = block_size.filter(|b| layout.in_channels % b != 0) {
                 return Err(shape_error(
                     tensor,
                     shape,
@@ -201,7 +233,17 @@ pub fn compress_with(
                     ),
                 ));
             }
-            let lq = linear::quantize(tensor, weights, &layout, bits, block_size)?;
+            let (block_size, grid) = linear::resolve(weights, &layout, bits, block_size, mode);
+            applied = Scheme::Linear {
+                bits,
+                block_size,
+                mode: if grid {
+                    LinearMode::Grid
+                } else {
+                    LinearMode::Symmetric
+                },
+            };
+            let lq = linear::quantize(tensor, weights, &layout, bits, block_size, grid)?;
             let mut scale_shape = vec![1; shape.len()];
             scale_shape[0] = layout.out_channels;
             scale_shape[1] = lq.blocks_per_row;
@@ -212,8 +254,22 @@ pub fn compress_with(
                 }
             }
             .map_err(mil)?;
-            let scale = TensorData::from_f16(scale_shape, &lq.scales).map_err(mil)?;
-            (Payload::BlockwiseShiftScale { data, scale }, lq.stats)
+            let scale = TensorData::from_f16(scale_shape.clone(), &lq.scales).map_err(mil)?;
+            let offset = lq
+                .offsets
+                .map(|o| TensorData::from_f16(scale_shape, &o))
+                .transpose()
+                .map_err(mil)?;
+            tracing::trace!(tensor, scheme = %applied, grid_blocks = lq.grid_blocks,
+                blocks = lq.scales.len(), "linear quantization");
+            (
+                Payload::BlockwiseShiftScale {
+                    data,
+                    scale,
+                    offset,
+                },
+                lq.stats,
+            )
         }
         Scheme::Palettize {
             bits,
@@ -287,7 +343,7 @@ pub fn compress_with(
         }
     };
     Ok(Compressed {
-        scheme: *scheme,
+        scheme: applied,
         shape: shape.to_vec(),
         payload,
         stats,
@@ -298,9 +354,11 @@ pub fn compress_with(
 /// output value.
 pub fn emit_weight(f: &mut FunctionBuilder, name: &str, c: &Compressed) -> Result<Var> {
     let var = match &c.payload {
-        Payload::BlockwiseShiftScale { data, scale } => {
-            f.constexpr_blockwise_shift_scale(name, data.clone(), scale.clone(), None)
-        }
+        Payload::BlockwiseShiftScale {
+            data,
+            scale,
+            offset,
+        } => f.constexpr_blockwise_shift_scale(name, data.clone(), scale.clone(), offset.clone()),
         Payload::LutToDense { indices, lut } => {
             f.constexpr_lut_to_dense(name, indices.clone(), lut.clone())
         }

@@ -1,12 +1,14 @@
-//! Symmetric linear quantization (int8 / int4), one fp16 scale per output channel or per block
-//! of input channels, for `constexpr_blockwise_shift_scale(data, scale)`.
+//! Linear quantization (int8 / int4), one fp16 scale per output channel or per block of input
+//! channels, for `constexpr_blockwise_shift_scale(data, scale[, offset])`: symmetric max-abs
+//! blocks, and blocks stored on their source's affine grid (see [`crate::grid`]).
 
 use half::f16;
 use rayon::prelude::*;
 
 use crate::error::{CompressError, Result};
+use crate::grid::{self, AffineGrid};
 use crate::layout::Layout;
-use crate::scheme::LinearBits;
+use crate::scheme::{LinearBits, LinearMode};
 use crate::stats::{ErrorAccumulator, ErrorStats};
 
 pub(crate) struct LinearQuantized {
@@ -14,7 +16,11 @@ pub(crate) struct LinearQuantized {
     pub q: Vec<u8>,
     /// One scale per (row, block), row-major `[O, I / B]`.
     pub scales: Vec<f16>,
+    /// With a grid: one fp16 offset per scale (0 for blocks stored symmetrically).
+    pub offsets: Option<Vec<f16>>,
     pub blocks_per_row: usize,
+    /// Blocks stored on their own grid.
+    pub grid_blocks: usize,
     /// Error of the reconstruction `fp16(q · scale)` against the input.
     pub stats: ErrorStats,
 }
@@ -120,12 +126,170 @@ pub(crate) fn block_scale(max_abs: f32, qmax: i32) -> Option<f16> {
     Some(s)
 }
 
+/// Quantizes one block symmetrically (`[-qmax, qmax]`, no offset) into `q_blk`; returns its
+/// scale and `(Σ(w − ŵ)², Σw², max |w − ŵ|)`. `block` numbers it in errors.
+fn symmetric_block(
+    tensor: &str,
+    block: usize,
+    q_blk: &mut [u8],
+    w_blk: &[f32],
+    qmax: i32,
+) -> Result<(f16, (f64, f64, f64))> {
+    let max_abs = max_abs(w_blk);
+    let scale = block_scale(max_abs, qmax).ok_or_else(|| CompressError::ScaleOverflow {
+        tensor: tensor.into(),
+        block,
+        scale: max_abs / qmax as f32,
+    })?;
+    let step = scale.to_f32();
+    let (lo, hi) = (-qmax as f32, qmax as f32);
+    // every product q·step is 0 or an fp16 normal: the branch-free rounding applies and the
+    // loop vectorizes
+    if step >= F16_MIN_NORMAL && max_abs <= 32768.0 {
+        return Ok((scale, quantize_normal_block(q_blk, w_blk, step, lo, hi)));
+    }
+    let (mut e2, mut r2, mut emax) = (0f64, 0f64, 0f32);
+    for (qv, &wv) in q_blk.iter_mut().zip(w_blk) {
+        let qf = round_ties_even_small(wv / step).clamp(lo, hi);
+        *qv = qf as i8 as u8;
+        let d = wv - round_to_f16(qf * step);
+        e2 += (d as f64) * (d as f64);
+        r2 += (wv as f64) * (wv as f64);
+        emax = emax.max(d.abs());
+    }
+    Ok((scale, (e2, r2, emax as f64)))
+}
+
+/// Stores a block that lies on `grid` on that grid: data `k + shift` (k the grid index) with
+/// `shift` chosen so `data − offset` stays close to `w / scale` (fp16 then keeps the precision
+/// of the value itself), and the fp16 scale and offset — among the two fp16 values bracketing
+/// the step, each with its least-squares offset and that offset rounded to an integer (exact
+/// `data − offset` for grids through zero, e.g. Q5_0/Q8_0/Q6_K) — that reconstruct the block
+/// best. Core ML reconstructs `fp16(scale · fp16(data − offset))`. Returns `None` (the caller
+/// falls back to symmetric) for a constant block or a step with no fp16 normal within 2^-11.
+fn grid_block(
+    q_blk: &mut [u8],
+    w_blk: &[f32],
+    grid: AffineGrid,
+    bits: LinearBits,
+) -> Option<(f16, f16, (f64, f64, f64))> {
+    if grid.top == 0 {
+        return None;
+    }
+    let nearest = f16::from_f64(grid.step);
+    if !nearest.is_normal() || ((nearest.to_f64() - grid.step) / grid.step).abs() > 1.0 / 2048.0 {
+        return None;
+    }
+    let bracket = match nearest.to_f64().partial_cmp(&grid.step) {
+        Some(std::cmp::Ordering::Less) => [nearest, f16::from_bits(nearest.to_bits() + 1)],
+        Some(std::cmp::Ordering::Greater) => [f16::from_bits(nearest.to_bits() - 1), nearest],
+        _ => [nearest, nearest],
+    };
+    let (qmin, qmax) = bits.grid_range();
+    let top = grid.top as i32;
+    let index = |w: f32| ((w as f64 - grid.origin) / grid.step).round() as i32;
+    let reconstruct = |data: i32, scale: f32, offset: f32| {
+        round_to_f16(scale * round_to_f16(data as f32 - offset))
+    };
+    // (squared error, scale, offset, shift)
+    let mut best: Option<(f64, f16, f16, i32)> = None;
+    for scale in bracket.into_iter().filter(|s| s.is_normal()) {
+        let s = scale.to_f64();
+        let shift = ((grid.origin / s).round() as i32).clamp(qmin, qmax - top);
+        let least_squares = w_blk
+            .iter()
+            .map(|&w| (index(w) + shift) as f64 - w as f64 / s)
+            .sum::<f64>()
+            / w_blk.len() as f64;
+        for offset in [least_squares, least_squares.round()].map(f16::from_f64) {
+            let (s32, o32) = (scale.to_f32(), offset.to_f32());
+            let e2: f64 = w_blk
+                .iter()
+                .map(|&w| {
+                    let d = w as f64 - reconstruct(index(w) + shift, s32, o32) as f64;
+                    d * d
+                })
+                .sum();
+            if best.is_none_or(|(b, ..)| e2 < b) {
+                best = Some((e2, scale, offset, shift));
+            }
+        }
+    }
+    let (_, scale, offset, shift) = best?;
+    let (s32, o32) = (scale.to_f32(), offset.to_f32());
+    let (mut e2, mut r2, mut emax) = (0f64, 0f64, 0f64);
+    for (qv, &wv) in q_blk.iter_mut().zip(w_blk) {
+        let data = index(wv) + shift;
+        *qv = data as i8 as u8;
+        let d = wv as f64 - reconstruct(data, s32, o32) as f64;
+        e2 += d * d;
+        r2 += wv as f64 * wv as f64;
+        emax = emax.max(d.abs());
+    }
+    Some((scale, offset, (e2, r2, emax)))
+}
+
+/// Blocks sampled per tensor to decide whether it has a source grid.
+const GRID_SAMPLES: usize = 256;
+
+/// Share of sampled blocks that must lie on a grid for [`LinearMode::Auto`] to choose it.
+const GRID_MIN_FIT: f64 = 0.9;
+
+/// Block sizes (input channels) tried for a source grid, coarsest first: the 32-value blocks
+/// of Q4_0/Q4_1/Q8_0/Q4_K/Q5_K, then the 16-value sub-blocks of Q6_K/Q3_K/Q2_K.
+const GRID_BLOCK_CANDIDATES: [usize; 2] = [32, 16];
+
+/// The layout `mode` resolves to for this weight: `(block_size, grid)`.
+pub(crate) fn resolve(
+    w: &[f32],
+    layout: &Layout,
+    bits: LinearBits,
+    block_size: Option<usize>,
+    mode: LinearMode,
+) -> (Option<usize>, bool) {
+    if mode == LinearMode::Symmetric {
+        return (block_size, false);
+    }
+    let candidates: Vec<usize> = match block_size {
+        Some(b) => vec![b],
+        None => GRID_BLOCK_CANDIDATES
+            .into_iter()
+            .filter(|&b| layout.in_channels.is_multiple_of(b))
+            .collect(),
+    };
+    let fits: Vec<(usize, f64)> = candidates
+        .iter()
+        .map(|&b| {
+            let fit = grid::sampled_fit(w, b * layout.spatial, bits.grid_levels(), GRID_SAMPLES);
+            (b, fit)
+        })
+        .collect();
+    if let Some(&(b, _)) = fits.iter().find(|(_, fit)| *fit >= GRID_MIN_FIT) {
+        return (Some(b), true);
+    }
+    match mode {
+        // Grid was asked for: the best-fitting block size, or the block size asked for
+        LinearMode::Grid => {
+            let best = fits
+                .iter()
+                .fold(None::<(usize, f64)>, |a, &(b, f)| match a {
+                    Some((_, af)) if af >= f => a,
+                    _ => Some((b, f)),
+                })
+                .map(|(b, _)| b);
+            (best.or(block_size), true)
+        }
+        _ => (block_size, false),
+    }
+}
+
 pub(crate) fn quantize(
     tensor: &str,
     w: &[f32],
     layout: &Layout,
     bits: LinearBits,
     block_size: Option<usize>,
+    grid: bool,
 ) -> Result<LinearQuantized> {
     let row_len = layout.row_len();
     let block_channels = block_size.unwrap_or(layout.in_channels);
@@ -134,56 +298,62 @@ pub(crate) fn quantize(
     let qmax = bits.qmax();
     let mut q = vec![0u8; w.len()];
     let mut scales = vec![f16::ZERO; layout.out_channels * blocks_per_row];
-    let acc = q
+    let mut offsets = vec![f16::ZERO; if grid { scales.len() } else { 0 }];
+    let mut offset_rows: Vec<&mut [f16]> = if grid {
+        offsets.chunks_mut(blocks_per_row).collect()
+    } else {
+        (0..layout.out_channels)
+            .map(|_| Default::default())
+            .collect()
+    };
+    let (acc, grid_blocks) = q
         .par_chunks_mut(row_len)
         .zip(scales.par_chunks_mut(blocks_per_row))
+        .zip(offset_rows.par_iter_mut())
         .zip(w.par_chunks(row_len))
         .enumerate()
         .map(
-            |(row, ((q_row, s_row), w_row))| -> Result<ErrorAccumulator> {
+            |(row, (((q_row, s_row), o_row), w_row))| -> Result<(ErrorAccumulator, usize)> {
                 let mut acc = ErrorAccumulator::default();
+                let mut on_grid = 0;
+                let mut scratch = Vec::new();
                 for (b, ((q_blk, w_blk), s)) in q_row
                     .chunks_mut(block_len)
                     .zip(w_row.chunks(block_len))
                     .zip(s_row.iter_mut())
                     .enumerate()
                 {
-                    let max_abs = max_abs(w_blk);
-                    *s =
-                        block_scale(max_abs, qmax).ok_or_else(|| CompressError::ScaleOverflow {
-                            tensor: tensor.into(),
-                            block: row * blocks_per_row + b,
-                            scale: max_abs / qmax as f32,
-                        })?;
-                    let step = s.to_f32();
-                    let (lo, hi) = (-qmax as f32, qmax as f32);
-                    // every product q·step is 0 or an fp16 normal: the branch-free rounding
-                    // applies and the loop vectorizes
-                    let normal = step >= F16_MIN_NORMAL && max_abs <= 32768.0;
-                    if normal {
-                        let (e2, r2, emax) = quantize_normal_block(q_blk, w_blk, step, lo, hi);
-                        acc.add_sums(e2, r2, emax);
-                        continue;
+                    if grid {
+                        let stored = grid::detect(w_blk, bits.grid_levels(), &mut scratch)
+                            .and_then(|g| grid_block(q_blk, w_blk, g, bits));
+                        if let Some((scale, offset, (e2, r2, emax))) = stored {
+                            *s = scale;
+                            o_row[b] = offset;
+                            acc.add_sums(e2, r2, emax);
+                            on_grid += 1;
+                            continue;
+                        }
                     }
-                    let (mut e2, mut r2, mut emax) = (0f64, 0f64, 0f32);
-                    for (qv, &wv) in q_blk.iter_mut().zip(w_blk) {
-                        let qf = round_ties_even_small(wv / step).clamp(lo, hi);
-                        *qv = qf as i8 as u8;
-                        let d = wv - round_to_f16(qf * step);
-                        e2 += (d as f64) * (d as f64);
-                        r2 += (wv as f64) * (wv as f64);
-                        emax = emax.max(d.abs());
-                    }
-                    acc.add_sums(e2, r2, emax as f64);
+                    let block = row * blocks_per_row + b;
+                    let (scale, (e2, r2, emax)) =
+                        symmetric_block(tensor, block, q_blk, w_blk, qmax)?;
+                    *s = scale;
+                    acc.add_sums(e2, r2, emax);
                 }
-                Ok(acc)
+                Ok((acc, on_grid))
             },
         )
-        .try_reduce(ErrorAccumulator::default, |a, b| Ok(a.merge(b)))?;
+        .try_reduce(
+            || (ErrorAccumulator::default(), 0),
+            |a, b| Ok((a.0.merge(b.0), a.1 + b.1)),
+        )?;
+    drop(offset_rows);
     Ok(LinearQuantized {
         q,
         scales,
+        offsets: grid.then_some(offsets),
         blocks_per_row,
+        grid_blocks,
         stats: acc.finish(),
     })
 }

@@ -24,12 +24,40 @@ impl LinearBits {
         }
     }
 
+    /// Data range on a source grid: the whole two's-complement range.
+    pub fn grid_range(self) -> (i32, i32) {
+        match self {
+            LinearBits::Int8 => (-128, 127),
+            LinearBits::Int4 => (-8, 7),
+        }
+    }
+
+    /// Levels a source grid may have to be stored exactly.
+    pub fn grid_levels(self) -> u32 {
+        let (lo, hi) = self.grid_range();
+        (hi - lo + 1) as u32
+    }
+
     pub fn dtype(self) -> anemone_mil::DType {
         match self {
             LinearBits::Int8 => anemone_mil::DType::I8,
             LinearBits::Int4 => anemone_mil::DType::I4,
         }
     }
+}
+
+/// Where a linear quantization's grid comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LinearMode {
+    /// Per tensor: [`LinearMode::Grid`] if nearly every sampled block of the weight lies on an
+    /// affine grid of at most `2^bits` levels (a block-quantized source: GGUF Q4_0/Q4_1/Q8_0,
+    /// the K-quants' sub-blocks), else [`LinearMode::Symmetric`]. The default.
+    Auto,
+    /// Symmetric max-abs scales (`[-qmax, qmax]`), no offset: coremltools' `linear_symmetric`.
+    Symmetric,
+    /// Blocks on an affine grid are stored on that grid (fp16 scale = its step, fp16 offset),
+    /// reproducing them to fp16 precision; the other blocks are symmetric with offset 0.
+    Grid,
 }
 
 /// How a palette (LUT) is chosen.
@@ -51,11 +79,14 @@ pub const DEFAULT_GROUP_SIZE: usize = 32;
 /// axis 1 = input channels).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Scheme {
-    /// Symmetric linear quantization → `constexpr_blockwise_shift_scale`. One fp16 scale per
-    /// output channel (`block_size: None`) or per block of `block_size` input channels.
+    /// Linear quantization → `constexpr_blockwise_shift_scale`. One fp16 scale (and with
+    /// [`LinearMode::Grid`] one fp16 offset) per output channel (`block_size: None`) or per
+    /// block of `block_size` input channels. [`LinearMode::Auto`] with no block size picks the
+    /// block size of the source's grid (32, else 16).
     Linear {
         bits: LinearBits,
         block_size: Option<usize>,
+        mode: LinearMode,
     },
     /// Palettization → `constexpr_lut_to_dense`: one fp16 LUT of `2^bits` entries per group of
     /// `group_size` output channels (`0` = one LUT for the whole tensor).
@@ -67,17 +98,21 @@ pub enum Scheme {
 }
 
 impl Scheme {
+    /// int8, [`LinearMode::Auto`], no block size.
     pub fn int8() -> Scheme {
         Scheme::Linear {
             bits: LinearBits::Int8,
             block_size: None,
+            mode: LinearMode::Auto,
         }
     }
 
+    /// int4, [`LinearMode::Auto`], no block size.
     pub fn int4() -> Scheme {
         Scheme::Linear {
             bits: LinearBits::Int4,
             block_size: None,
+            mode: LinearMode::Auto,
         }
     }
 
@@ -122,10 +157,19 @@ impl Scheme {
 impl fmt::Display for Scheme {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
-            Scheme::Linear { bits, block_size } => {
+            Scheme::Linear {
+                bits,
+                block_size,
+                mode,
+            } => {
                 f.write_str(match bits {
                     LinearBits::Int8 => "int8",
                     LinearBits::Int4 => "int4",
+                })?;
+                f.write_str(match mode {
+                    LinearMode::Auto => "",
+                    LinearMode::Symmetric => ":symmetric",
+                    LinearMode::Grid => ":grid",
                 })?;
                 if let Some(b) = block_size {
                     write!(f, ":block={b}")?;
@@ -150,7 +194,7 @@ impl fmt::Display for Scheme {
 impl FromStr for Scheme {
     type Err = CompressError;
 
-    /// `int8`, `int4`, `int8:block=B`, `lutN` (N ∈ 1,2,3,4,6,8) with optional `:kmeans` /
+    /// `int8`, `int4`, with optional `:symmetric` / `:grid` / `:auto` and `:block=B`, `lutN` (N ∈ 1,2,3,4,6,8) with optional `:kmeans` /
     /// `:uniform` and `:group=G` in any order. Case-insensitive.
     fn from_str(text: &str) -> Result<Scheme> {
         let bad = |detail: String| CompressError::InvalidScheme {
@@ -184,6 +228,11 @@ impl FromStr for Scheme {
                 (Scheme::Linear { block_size, .. }, Some(("block", v))) => {
                     *block_size = Some(parse_num("block", v)?)
                 }
+                (Scheme::Linear { mode, .. }, None) if part == "symmetric" => {
+                    *mode = LinearMode::Symmetric
+                }
+                (Scheme::Linear { mode, .. }, None) if part == "grid" => *mode = LinearMode::Grid,
+                (Scheme::Linear { mode, .. }, None) if part == "auto" => *mode = LinearMode::Auto,
                 (Scheme::Palettize { group_size, .. }, Some(("group", v))) => {
                     *group_size = parse_num("group", v)?
                 }

@@ -2,7 +2,9 @@
 
 use std::path::Path;
 
-use anemone_compress::{CompressConfig, CompressError, LinearBits, PaletteMode, Scheme};
+use anemone_compress::{
+    CompressConfig, CompressError, LinearBits, LinearMode, PaletteMode, Scheme,
+};
 
 #[test]
 fn scheme_text_round_trips() {
@@ -14,6 +16,23 @@ fn scheme_text_round_trips() {
             Scheme::Linear {
                 bits: LinearBits::Int4,
                 block_size: Some(32),
+                mode: LinearMode::Auto,
+            },
+        ),
+        (
+            "int8:symmetric",
+            Scheme::Linear {
+                bits: LinearBits::Int8,
+                block_size: None,
+                mode: LinearMode::Symmetric,
+            },
+        ),
+        (
+            "int4:block=16:grid",
+            Scheme::Linear {
+                bits: LinearBits::Int4,
+                block_size: Some(16),
+                mode: LinearMode::Grid,
             },
         ),
         ("lut4", Scheme::kmeans(4)),
@@ -48,6 +67,8 @@ fn scheme_text_round_trips() {
         "lut4:block=2",
         "int8:block=x",
         "lut4:fast",
+        "lut4:grid",
+        "int8:kmeans",
         "",
     ] {
         let e = bad.parse::<Scheme>().unwrap_err();

@@ -3,7 +3,7 @@
 
 mod common;
 
-use anemone_compress::{compress, CompressError, LinearBits, Payload, Scheme};
+use anemone_compress::{compress, CompressError, LinearBits, LinearMode, Payload, Scheme};
 use anemone_mil::DType;
 use common::{assert_close, naive_decode, naive_error, Rng};
 use half::f16;
@@ -14,12 +14,16 @@ use half::f16;
 const STATS_REL_TOL: f64 = 1e-5;
 
 fn scheme(bits: LinearBits, block_size: Option<usize>) -> Scheme {
-    Scheme::Linear { bits, block_size }
+    Scheme::Linear {
+        bits,
+        block_size,
+        mode: LinearMode::Symmetric,
+    }
 }
 
 fn scales_of(c: &anemone_compress::Compressed) -> (Vec<i32>, Vec<f32>, Vec<usize>) {
     match c.payload() {
-        Payload::BlockwiseShiftScale { data, scale } => (
+        Payload::BlockwiseShiftScale { data, scale, .. } => (
             data.to_i32_vec().unwrap(),
             scale.to_f32_vec(),
             scale.shape().to_vec(),

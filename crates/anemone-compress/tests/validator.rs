@@ -30,9 +30,11 @@ fn python(args: &[&std::ffi::OsStr]) -> std::process::Output {
         .unwrap_or_else(|e| panic!("python3 not runnable ({e}); {INSTALL_HINT}"))
 }
 
-const SCHEMES: [&str; 14] = [
+const SCHEMES: [&str; 16] = [
     "int8",
     "int4",
+    "int8:grid",
+    "int4:grid:block=16",
     "int8:block=16",
     "int4:block=24",
     "lut1",
@@ -47,6 +49,18 @@ const SCHEMES: [&str; 14] = [
     "lut6:group=64",
 ];
 
+/// `n` values dequantized like a Q4_1 source with 16-value blocks: `min + d·q`, q in 0..15,
+/// fp16 `d` and `min` (stored on their grid: fp16 offsets).
+fn source_grid_weight(rng: &mut Rng, n: usize) -> Vec<f32> {
+    let mut w = Vec::with_capacity(n);
+    while w.len() < n {
+        let d = half::f16::from_f64(0.001 + 0.004 * rng.uniform()).to_f32();
+        let m = half::f16::from_f64(-8.0 * d as f64 * (0.5 + rng.uniform())).to_f32();
+        w.extend((0..16).map(|_| d * (rng.uniform() * 16.0).floor().min(15.0) as f32 + m));
+    }
+    w
+}
+
 /// One function: for each scheme a 1×1 conv `[64, 48, 1, 1]` and a linear `[64, 48]`.
 fn build() -> (Program, Vec<(String, Compressed)>) {
     let (o, i) = (64, 48);
@@ -59,7 +73,11 @@ fn build() -> (Program, Vec<(String, Compressed)>) {
     let mut emitted = Vec::new();
     for (n, text) in SCHEMES.iter().enumerate() {
         let scheme: Scheme = text.parse().unwrap();
-        let w = rng.normals(o * i, 0.02);
+        let w = if text.contains("grid") {
+            source_grid_weight(&mut rng, o * i)
+        } else {
+            rng.normals(o * i, 0.02)
+        };
         let conv_w = compress("conv", &w, &[o, i, 1, 1], &scheme).unwrap();
         let wv = emit_weight(&mut f, &format!("conv{n}_weight"), &conv_w).unwrap();
         let y = f.conv1x1(&format!("conv{n}"), x, wv, None).unwrap();

@@ -280,8 +280,9 @@ fn check_bundle(name: &str, flags: &[&str], tier: f64, expect: &dyn Fn(&str) -> 
 
 #[test]
 fn int8_per_channel() {
+    // the fixtures' f32 weights have no source grid: auto resolves to symmetric
     check_bundle("llama_gqa4", &["--quantize", "int8"], TIER_INT8, &|_| {
-        "int8".into()
+        "int8:symmetric".into()
     });
 }
 
@@ -289,9 +290,16 @@ fn int8_per_channel() {
 fn int4_per_block() {
     check_bundle(
         "qwen2_mha",
-        &["--quantize", "int4", "--block-size", "16"],
+        &[
+            "--quantize",
+            "int4",
+            "--block-size",
+            "16",
+            "--linear-mode",
+            "symmetric",
+        ],
         TIER_4BIT,
-        &|_| "int4:block=16".into(),
+        &|_| "int4:symmetric:block=16".into(),
     );
 }
 
@@ -346,13 +354,13 @@ fn mixed_config_file() {
         TIER_4BIT,
         &|t| {
             if t.contains("self_attn") {
-                "int8".into()
+                "int8:symmetric".into()
             } else if t.contains("down_proj") {
                 "lut6:kmeans:group=16".into()
             } else if t == "lm_head.weight" {
                 "lut8:kmeans:group=16".into()
             } else {
-                "int4:block=16".into()
+                "int4:symmetric:block=16".into()
             }
         },
     );
@@ -375,7 +383,7 @@ fn conflicting_or_bad_options_are_refused_by_name() {
         r#"{"rules": [{"pattern": "*", "scheme": "int5"}]}"#,
     )
     .unwrap();
-    let cases: [(&[&str], &str); 7] = [
+    let cases: [(&[&str], &str); 8] = [
         (&["--quantize", "int8", "--palettize", "4"], "--palettize"),
         (
             &["--quantize", "int8", "--compress-config", "x.json"],
@@ -383,6 +391,7 @@ fn conflicting_or_bad_options_are_refused_by_name() {
         ),
         (&["--group-size", "16"], "--palettize"),
         (&["--block-size", "16"], "--quantize"),
+        (&["--linear-mode", "grid"], "--quantize"),
         (&["--palettize", "5"], "2, 3, 4, 6 or 8"),
         (
             &["--quantize", "int8", "--precision", "fp32"],

@@ -38,12 +38,21 @@ impl Rng {
 }
 
 /// Decodes a payload with `anemone_mil`'s own unpacker (independent of the crate's packer):
-/// `fp16(q · scale[block])` or `lut[group][index]`, following the iOS18 op definitions.
+/// `fp16(scale[block] · fp16(q − offset[block]))` or `lut[group][index]`, following the iOS18
+/// op definitions.
 pub fn naive_decode(c: &Compressed) -> Vec<f32> {
     match c.payload() {
-        Payload::BlockwiseShiftScale { data, scale } => {
+        Payload::BlockwiseShiftScale {
+            data,
+            scale,
+            offset,
+        } => {
             let q = data.to_i32_vec().unwrap();
             let s = scale.to_f32_vec();
+            let o = offset.as_ref().map(|o| {
+                assert_eq!(o.shape(), scale.shape());
+                o.to_f32_vec()
+            });
             let (dshape, sshape) = (data.shape(), scale.shape());
             let strides = |shape: &[usize]| {
                 let mut st = vec![1usize; shape.len()];
@@ -62,7 +71,11 @@ pub fn naive_decode(c: &Compressed) -> Vec<f32> {
                         let block = dshape[k] / sshape[k];
                         sidx += i / block * ss[k];
                     }
-                    f16::from_f32(q[flat] as f32 * s[sidx]).to_f32()
+                    let shifted = match &o {
+                        Some(o) => f16::from_f32(q[flat] as f32 - o[sidx]).to_f32(),
+                        None => q[flat] as f32,
+                    };
+                    f16::from_f32(shifted * s[sidx]).to_f32()
                 })
                 .collect()
         }

@@ -18,6 +18,13 @@ pub enum QuantizeBits {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LinearModeArg {
+    Auto,
+    Symmetric,
+    Grid,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum PaletteModeArg {
     Kmeans,
     Uniform,
@@ -27,14 +34,24 @@ pub enum PaletteModeArg {
 /// `--lm-head package`). At most one of --quantize, --palettize, --compress-config.
 #[derive(Debug, Args)]
 pub struct CompressArgs {
-    /// Symmetric linear quantization (constexpr_blockwise_shift_scale): one fp16 scale per
-    /// output channel, or per --block-size input channels.
+    /// Linear quantization (constexpr_blockwise_shift_scale): one fp16 scale per output
+    /// channel, or per --block-size input channels. Weights from a block-quantized source
+    /// (GGUF Q4_0/Q4_1/Q5_x/Q8_0/K-quants) are stored on the source's own grids instead — one
+    /// fp16 scale and offset per 32 (or 16) weights — and keep the source's values to fp16
+    /// precision (see --linear-mode).
     #[arg(long, value_enum, conflicts_with_all = ["palettize", "compress_config"])]
     pub quantize: Option<QuantizeBits>,
 
     /// With --quantize: one scale per block of B input channels instead of per output channel.
     #[arg(long, value_name = "B", requires = "quantize")]
     pub block_size: Option<usize>,
+
+    /// With --quantize: auto = a tensor whose blocks lie on affine grids that fit the width
+    /// (a block-quantized source) is stored on them, any other symmetrically; symmetric =
+    /// always max-abs symmetric, no offset (coremltools' linear_symmetric); grid = source grids
+    /// wherever a block has one, symmetric blocks elsewhere [default: auto].
+    #[arg(long, value_enum, requires = "quantize")]
+    pub linear_mode: Option<LinearModeArg>,
 
     /// Palettization to 2^N-entry lookup tables (constexpr_lut_to_dense), N in 2, 3, 4, 6, 8.
     #[arg(long, value_name = "N", conflicts_with = "compress_config")]
@@ -65,6 +82,11 @@ impl CompressArgs {
                 QuantizeBits::Int8 => "int8".to_string(),
                 QuantizeBits::Int4 => "int4".to_string(),
             };
+            text.push_str(match self.linear_mode.unwrap_or(LinearModeArg::Auto) {
+                LinearModeArg::Auto => "",
+                LinearModeArg::Symmetric => ":symmetric",
+                LinearModeArg::Grid => ":grid",
+            });
             if let Some(b) = self.block_size {
                 text.push_str(&format!(":block={b}"));
             }
