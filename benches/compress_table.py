@@ -5,17 +5,23 @@ import json
 import sys
 
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.startswith("{")]
-SCHEMES = {"int8": "int8", "lut4:kmeans:group=32": "lut4", "lut8:kmeans:group=32": "lut8"}
+SCHEMES = {"int8": "int8", "int8:symmetric": "int8", "lut4:kmeans:group=32": "lut4",
+           "lut8:kmeans:group=32": "lut8"}
 
 
 def label(r):
     if r["tool"] == "anemone":
         alg = "exact DP" if r["algorithm"] == "Optimal" else "Lloyd, coarse exact seed"
-        return f"anemone ({alg if r['scheme'] != 'int8' else 'RNE'}, {r['threads']} threads)"
+        if r["scheme"].startswith("int8"):
+            # int8 = auto: samples each tensor for a source grid first (none in Gaussian weights)
+            alg = "symmetric" if r["scheme"] == "int8:symmetric" else "auto → symmetric"
+        return f"anemone ({alg}, {r['threads']} threads)"
     what = r["path"] + ("" if r["kmeans"] == "-" else f", {r['kmeans']}")
     return f"coremltools ({what}, {r['workers']} worker{'s' if r['workers'] > 1 else ''})"
 
 
+blocks = max(r.get("blocks", 1) for r in rows)
+print(f"{blocks} Qwen3-0.6B-shaped block(s), {blocks * 15.73:.0f}M weights\n")
 print("| scheme | tool | wall s | CPU s | relative RMS | anemone speed-up (wall, CPU) | anemone error / theirs |")
 print("|---|---|---:|---:|---:|---:|---:|")
 for scheme in ["int8", "lut4", "lut8"]:

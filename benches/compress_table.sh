@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Compressed bundles of the real models side by side: for SmolLM2-135M and Qwen2.5-Coder-0.5B,
-# convert fp16, int8, int4 (per block of 32 input channels), LUT8 (k-means, 32 and 8 rows per LUT),
-# LUT6 and LUT4 (k-means, 16 rows per LUT) and one mixed config (attention int8, MLP LUT6), then
+# convert fp16, int8 (default auto mode: the GGUF's own grids) and int8 symmetric per channel,
+# int4 (blocks of 32: source grids where they fit 16 levels, symmetric elsewhere), LUT8 (k-means,
+# 32 and 8 rows per LUT), LUT6 and LUT4 (k-means, 16 rows per LUT) and one mixed config
+# (attention int8, MLP LUT6), then
 # `anemone gate` every bundle of a model in one run (teacher-forced against the fp32 reference,
 # fp16 executor, default prompts, --steps 8, default thresholds). Prints a markdown table:
 # bundle size on disk, conversion wall time, top-1 agreement (near-ties excepted), mean/min
@@ -31,6 +33,7 @@ EOF
 VARIANTS=(
   "fp16|"
   "int8|--quantize int8"
+  "int8-symmetric|--quantize int8 --linear-mode symmetric"
   "int4-b32|--quantize int4 --block-size 32"
   "lut8-g32|--palettize 8 --group-size 32"
   "lut8-g8|--palettize 8 --group-size 8"
@@ -67,10 +70,12 @@ for model in $MODELS; do
 import json, sys
 model, name, bundle, size, start, end = sys.argv[1:]
 m = json.load(open(f"{bundle}/anemone.json"))
-errs = [t["error"]["relative_rms"] for t in (m.get("compression") or {}).get("tensors", [])
-        if t.get("error")]
+tensors = (m.get("compression") or {}).get("tensors", [])
+errs = [t["error"]["relative_rms"] for t in tensors if t.get("error")]
+applied = sorted({t["scheme"] for t in tensors if t.get("scheme")})
 print(json.dumps({"kind": "convert", "model": model, "variant": name, "bundle": bundle,
                   "bytes": int(size), "seconds": float(end) - float(start),
+                  "applied": applied,
                   "mean_rel_rms": sum(errs) / len(errs) if errs else 0.0,
                   "worst_rel_rms": max(errs) if errs else 0.0}))
 PY
@@ -99,9 +104,9 @@ python3 - "$RESULTS" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 gates = {r["bundle"]: r for r in rows if r["kind"] == "gate"}
-print("| model | scheme | bundle MB | vs fp16 | convert s | top-1 | mean cos | min cos "
+print("| model | variant | schemes applied | bundle MB | vs fp16 | convert s | top-1 | mean cos | min cos "
       "| min chunk cos | gate | weight rRMS mean / worst |")
-print("|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|")
+print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|")
 base = {}
 for r in rows:
     if r["kind"] != "convert":
@@ -113,7 +118,8 @@ for r in rows:
     fmt = lambda k: f"{g[k]:.5f}" if g else "-"
     err = (f'{r["mean_rel_rms"]:.4f} / {r["worst_rel_rms"]:.4f}'
            if r["worst_rel_rms"] else "-")
-    print(f'| {r["model"]} | {r["variant"]} | {r["bytes"] / 1e6:.1f} | '
+    applied = ", ".join(r.get("applied", [])) or "-"
+    print(f'| {r["model"]} | {r["variant"]} | {applied} | {r["bytes"] / 1e6:.1f} | '
           f'{r["bytes"] / base[r["model"]]:.2f} | {r["seconds"]:.1f} | {top1} | '
           f'{fmt("mean_cos")} | {fmt("min_cos")} | {fmt("min_chunk_cos")} | {gate} | {err} |')
 PY

@@ -1,9 +1,11 @@
-//! Times anemone's compression of one Qwen3-0.6B-shaped decoder block and reports the
+//! Times anemone's compression of Qwen3-0.6B-shaped decoder blocks and reports the
 //! reconstruction error, one JSON object per scheme on stdout.
 //!
-//! `compress_bench DIR [SCHEME…] [--algorithm optimal|lloyd|lloyd:CELLS:ITERS:TOL] [--only TENSOR]` reads `DIR/<name>.f32`
-//! (little-endian f32, written by `benches/compress_vs_coremltools.sh`); the error is the
-//! relative RMS over the whole block, `sqrt(Σ‖w−ŵ‖² / Σ‖w‖²)`.
+//! `compress_bench DIR [SCHEME…] [--algorithm optimal|lloyd|lloyd:CELLS:ITERS:TOL] [--only TENSOR]`
+//! reads `DIR/<name>.f32` (little-endian f32, written by `benches/compress_vs_coremltools.sh`),
+//! or with `DIR/block-NN/` subdirectories one block from each, in turn (only the compression is
+//! timed; a block is dropped before the next is read). The error is the relative RMS over all
+//! blocks, `sqrt(Σ‖w−ŵ‖² / Σ‖w‖²)`.
 
 use std::time::Instant;
 
@@ -71,51 +73,54 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     } else {
         vec![Scheme::int8(), Scheme::kmeans(4), Scheme::kmeans(8)]
     };
-    let weights: Vec<(String, Vec<usize>, Vec<f32>)> = BLOCK
-        .iter()
-        .filter(|(name, _, _)| only.as_deref().is_none_or(|o| o == *name))
-        .map(|&(name, o, i)| {
-            let bytes = std::fs::read(dir.join(format!("{name}.f32")))?;
-            if bytes.len() != o * i * 4 {
-                return Err(
-                    format!("{name}.f32: {} bytes, expected {}", bytes.len(), o * i * 4).into(),
-                );
-            }
-            let values = bytes
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect();
-            Ok((name.to_string(), vec![o, i], values))
+    let mut block_dirs: Vec<std::path::PathBuf> = std::fs::read_dir(&dir)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.is_dir()
+                && p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("block-"))
         })
-        .collect::<Result<_, Box<dyn std::error::Error>>>()?;
+        .collect();
+    block_dirs.sort();
+    if block_dirs.is_empty() {
+        block_dirs.push(dir.clone());
+    }
     let options = CompressOptions {
         importance: None,
         kmeans: algorithm,
     };
     for scheme in schemes {
-        let (start, cpu_start) = (Instant::now(), cpu_seconds());
-        let mut compressed = Vec::new();
-        for (name, shape, w) in &weights {
-            compressed.push(compress_with(name, w, shape, &scheme, &options)?);
-        }
-        let seconds = start.elapsed().as_secs_f64();
-        let cpu = cpu_seconds() - cpu_start;
+        let (mut seconds, mut cpu) = (0f64, 0f64);
         let (mut err2, mut ref2, mut max_abs) = (0f64, 0f64, 0f64);
-        for ((_, _, w), c) in weights.iter().zip(&compressed) {
-            let r = c.decompress();
-            for (&a, &b) in w.iter().zip(&r) {
-                let d = a as f64 - b as f64;
-                err2 += d * d;
-                ref2 += a as f64 * a as f64;
-                max_abs = max_abs.max(d.abs());
+        let (mut bytes, mut applied) = (0usize, std::collections::BTreeSet::new());
+        for block_dir in &block_dirs {
+            let weights = read_block(block_dir, only.as_deref())?;
+            let (start, cpu_start) = (Instant::now(), cpu_seconds());
+            let mut compressed = Vec::new();
+            for (name, shape, w) in &weights {
+                compressed.push(compress_with(name, w, shape, &scheme, &options)?);
+            }
+            seconds += start.elapsed().as_secs_f64();
+            cpu += cpu_seconds() - cpu_start;
+            for ((_, _, w), c) in weights.iter().zip(&compressed) {
+                let r = c.decompress();
+                for (&a, &b) in w.iter().zip(&r) {
+                    let d = a as f64 - b as f64;
+                    err2 += d * d;
+                    ref2 += a as f64 * a as f64;
+                    max_abs = max_abs.max(d.abs());
+                }
+                bytes += c.payload_bytes();
+                applied.insert(c.scheme().to_string());
             }
         }
-        let bytes: usize = compressed.iter().map(|c| c.payload_bytes()).sum();
         println!(
             "{}",
             serde_json::json!({
                 "tool": "anemone",
                 "scheme": scheme.to_string(),
+                "applied": applied,
+                "blocks": block_dirs.len(),
                 "algorithm": format!("{algorithm:?}"),
                 "threads": rayon::current_num_threads(),
                 "seconds": seconds,
@@ -127,4 +132,35 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
     }
     Ok(())
+}
+
+/// The projections of one block in `dir` (all, or the one named `only`).
+type Weights = Vec<(String, Vec<usize>, Vec<f32>)>;
+
+fn read_block(
+    dir: &std::path::Path,
+    only: Option<&str>,
+) -> Result<Weights, Box<dyn std::error::Error>> {
+    BLOCK
+        .iter()
+        .filter(|(name, _, _)| only.is_none_or(|o| o == *name))
+        .map(|&(name, o, i)| {
+            let path = dir.join(format!("{name}.f32"));
+            let bytes = std::fs::read(&path)?;
+            if bytes.len() != o * i * 4 {
+                return Err(format!(
+                    "{}: {} bytes, expected {}",
+                    path.display(),
+                    bytes.len(),
+                    o * i * 4
+                )
+                .into());
+            }
+            let values = bytes
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect();
+            Ok((name.to_string(), vec![o, i], values))
+        })
+        .collect()
 }
