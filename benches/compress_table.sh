@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Compressed bundles of the real models side by side: for SmolLM2-135M and Qwen2.5-Coder-0.5B,
 # convert fp16, int8 (default auto mode: the GGUF's own grids) and int8 symmetric per channel,
-# int4 (blocks of 32: source grids where they fit 16 levels, symmetric elsewhere), LUT8 (k-means,
+# int4 (blocks of 32: source grids where they fit 16 levels, symmetric elsewhere), `source`
+# (per tensor int4 or int8, the narrowest holding the GGUF's grids), LUT8 (k-means,
 # 32 and 8 rows per LUT), LUT6 and LUT4 (k-means, 16 rows per LUT) and one mixed config
 # (attention int8, MLP LUT6), then
 # `anemone gate` every bundle of a model in one run (teacher-forced against the fp32 reference,
@@ -11,7 +12,8 @@
 #
 # Env: ANEMONE_MODELS (default <repo>/models), OUT (default target/compress-table),
 # STEPS (default 8), THREADS (gate threads, default all cores), MODELS (space-separated subset
-# of "smollm2 qwen2.5"), ONLY (comma-separated subset of the variant names). Release build.
+# of "smollm2 qwen2.5"), ONLY (comma-separated subset of the variant names), KEEP_BUNDLES=1
+# (keep the bundles; by default each model's are deleted once gated). Release build.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 MODELS_DIR="${ANEMONE_MODELS:-$ROOT/models}"
@@ -35,6 +37,7 @@ VARIANTS=(
   "int8|--quantize int8"
   "int8-symmetric|--quantize int8 --linear-mode symmetric"
   "int4-b32|--quantize int4 --block-size 32"
+  "source|--quantize source"
   "lut8-g32|--palettize 8 --group-size 32"
   "lut8-g8|--palettize 8 --group-size 8"
   "lut6-g16|--palettize 6 --group-size 16"
@@ -98,6 +101,8 @@ for r in json.load(open(path))["reports"]:
                       "failures": [f["at"] + ": " + f["message"] for f in r["failures"]][:2]}))
 PY
   echo "gated $model" >&2
+  # a full run writes ~10 GB of bundles; keep them only when asked
+  if [ "${KEEP_BUNDLES:-0}" != 1 ]; then rm -rf "${bundles[@]}"; fi
 done
 
 python3 - "$RESULTS" <<'PY'

@@ -11,8 +11,8 @@
 # case fp16 groups of >= 10000 values go to kmeans1d; both paths are run.
 #
 # Env: BLOCKS (default 1; e.g. 28 = the whole Qwen3-0.6B model: distinct weights per block,
-# seeds 0..BLOCKS-1, compressed one block at a time; coremltools' api path and, unless
-# SKIP_SLOW=0, its 8-bit runs are skipped for more than one block), OUT (results dir, default
+# seeds 0..BLOCKS-1, compressed one block at a time; coremltools' api path, its kmeans1d path
+# and, unless SKIP_SLOW=0, its 8-bit runs are skipped for more than one block), OUT (results dir, default
 # target/compress-bench, or target/compress-bench-<BLOCKS> for BLOCKS > 1), BENCH_VENV (python venv with
 # coremltools + scikit-learn + kmeans1d; made from the system python3 if missing),
 # CT_WORKERS (coremltools num_kmeans_workers, default 1 = its default), SKIP_SLOW=1 (skip the
@@ -76,7 +76,7 @@ fi
 run_ct int8
 if [ "$BLOCKS" -eq 1 ]; then run_ct int8 --api; fi
 run_ct lut4 --workers "$CT_WORKERS"
-run_ct lut4 --kmeans1d --workers "$CT_WORKERS"
+if [ "$BLOCKS" -eq 1 ]; then run_ct lut4 --kmeans1d --workers "$CT_WORKERS"; fi
 if [ "${SKIP_SLOW:-0}" != 1 ]; then
   run_ct lut8 --workers "$CT_WORKERS"
   run_ct lut8 --kmeans1d --workers "$CT_WORKERS"

@@ -218,6 +218,11 @@ fn fit_scheme(scheme: Scheme, shape: &[usize]) -> Scheme {
             block_size: Some(largest_divisor_up_to(shape[1], b)),
             mode,
         },
+        Scheme::Source {
+            block_size: Some(b),
+        } if shape.len() >= 2 && !shape[1].is_multiple_of(b) => Scheme::Source {
+            block_size: Some(largest_divisor_up_to(shape[1], b)),
+        },
         Scheme::Palettize {
             bits,
             mode,

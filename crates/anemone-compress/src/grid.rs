@@ -25,9 +25,18 @@ const DISTINCT_FRACTION: f64 = 1e-4;
 /// e.g. {0, 2, 5} shows a smallest gap of 2 steps.
 const MAX_GAP_SUBDIVISION: u32 = 4;
 
+/// `x` rounded to an integer (ties to even) for `|x| < 2^51`, without a libm call: adding and
+/// removing 1.5·2^52 leaves no fraction bits. Beyond that the result is only near `x`; grid
+/// indices are far smaller, and a huge span fails the level count either way.
+#[inline(always)]
+pub(crate) fn round_near_integer(x: f64) -> f64 {
+    const MAGIC: f64 = 6_755_399_441_055_744.0;
+    (x + MAGIC) - MAGIC
+}
+
 /// The coarsest affine grid with at most `levels` levels that holds every value of `block`,
 /// or `None`. `scratch` is reused across calls to sort the block.
-pub(crate) fn detect(block: &[f32], levels: u32, scratch: &mut Vec<f32>) -> Option<AffineGrid> {
+pub(crate) fn detect(block: &[f32], levels: u32, scratch: &mut Vec<i32>) -> Option<AffineGrid> {
     let (mut lo, mut hi) = (f32::INFINITY, f32::NEG_INFINITY);
     for &v in block {
         lo = lo.min(v);
@@ -45,34 +54,41 @@ pub(crate) fn detect(block: &[f32], levels: u32, scratch: &mut Vec<f32>) -> Opti
             top: 0,
         });
     }
+    // sort integer keys ordered like the (finite) floats: cheaper than comparing floats
+    let to_key = |v: f32| {
+        let bits = v.to_bits() as i32;
+        bits ^ ((bits >> 31) & 0x7fff_ffff)
+    };
+    let from_key = |k: i32| f32::from_bits((k ^ ((k >> 31) & 0x7fff_ffff)) as u32);
     scratch.clear();
-    scratch.extend_from_slice(block);
-    scratch.sort_unstable_by(f32::total_cmp);
+    scratch.extend(block.iter().map(|&v| to_key(v)));
+    scratch.sort_unstable();
     let distinct = range * DISTINCT_FRACTION;
     let smallest_gap = scratch
         .windows(2)
-        .map(|w| w[1] as f64 - w[0] as f64)
+        .map(|w| from_key(w[1]) as f64 - from_key(w[0]) as f64)
         .filter(|&g| g > distinct)
         .fold(f64::INFINITY, f64::min);
     for subdivision in 1..=MAX_GAP_SUBDIVISION {
         let step = smallest_gap / subdivision as f64;
         let span = range / step;
-        let top = span.round();
+        let top = round_near_integer(span);
         if top > (levels - 1) as f64 {
             return None;
         }
         if (span - top).abs() > ON_GRID_TOLERANCE {
             continue;
         }
-        let on_grid = scratch.iter().all(|&v| {
-            let k = (v as f64 - origin) / step;
-            (k - k.round()).abs() <= ON_GRID_TOLERANCE
+        let inv_step = 1.0 / step;
+        let on_grid = block.iter().all(|&v| {
+            let k = (v as f64 - origin) * inv_step;
+            (k - round_near_integer(k)).abs() <= ON_GRID_TOLERANCE
         });
         if on_grid {
             // least-squares step through the fitted indices (f32 noise averages out)
             let (mut kk, mut kv) = (0f64, 0f64);
-            for &v in scratch.iter() {
-                let k = ((v as f64 - origin) / step).round();
+            for &v in block {
+                let k = round_near_integer((v as f64 - origin) * inv_step);
                 kk += k * k;
                 kv += k * (v as f64 - origin);
             }

@@ -210,6 +210,37 @@ pub fn compress_with(
     scheme.validate()?;
     let layout = Layout::new(tensor, shape, weights.len(), &scheme.to_string())?;
     check_finite(tensor, "weights", weights)?;
+    if let Scheme::Source { block_size } = *scheme {
+        let linear = |bits| Scheme::Linear {
+            bits,
+            block_size,
+            mode: LinearMode::Auto,
+        };
+        if let Some(block) = block_size.filter(|b| layout.in_channels % b != 0) {
+            return Err(shape_error(
+                tensor,
+                shape,
+                scheme,
+                format!(
+                    "block size {block} does not divide {} input channels",
+                    layout.in_channels
+                ),
+            ));
+        }
+        let (_, int4_grid) = linear::resolve(
+            weights,
+            &layout,
+            LinearBits::Int4,
+            block_size,
+            LinearMode::Auto,
+        );
+        let bits = if int4_grid {
+            LinearBits::Int4
+        } else {
+            LinearBits::Int8
+        };
+        return compress_with(tensor, weights, shape, &linear(bits), options);
+    }
     let mil = |source| CompressError::Mil {
         tensor: tensor.into(),
         source,
@@ -271,6 +302,7 @@ pub fn compress_with(
                 lq.stats,
             )
         }
+        Scheme::Source { .. } => unreachable!("resolved to a linear scheme above"),
         Scheme::Palettize {
             bits,
             mode,

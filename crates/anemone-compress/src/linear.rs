@@ -28,7 +28,7 @@ pub(crate) struct LinearQuantized {
 /// `x` rounded to the nearest fp16 value (ties to even), as f32, without a library call:
 /// for fp16 normals drop 13 mantissa bits with round-to-nearest-even on the f32 bits, for fp16
 /// subnormals round to a multiple of 2^-24; beyond 65504 defer to `half` (infinity).
-#[inline]
+#[inline(always)]
 pub(crate) fn round_to_f16(x: f32) -> f32 {
     let a = x.abs();
     if a < F16_MIN_NORMAL {
@@ -45,7 +45,7 @@ pub(crate) fn round_to_f16(x: f32) -> f32 {
 const F16_MIN_NORMAL: f32 = 6.103_515_6e-5;
 
 /// [`round_to_f16`] for 0 and values whose fp16 rounding is a normal number.
-#[inline]
+#[inline(always)]
 fn round_normal_to_f16(x: f32) -> f32 {
     let bits = x.to_bits();
     let lsb = (bits >> 13) & 1;
@@ -53,6 +53,7 @@ fn round_normal_to_f16(x: f32) -> f32 {
 }
 
 /// Largest magnitude (weights are finite, checked before), in `LANES` accumulators.
+#[inline(always)]
 fn max_abs(w: &[f32]) -> f32 {
     let mut m = [0f32; LANES];
     let mut chunks = w.chunks_exact(LANES);
@@ -71,6 +72,7 @@ const LANES: usize = 8;
 /// Quantizes one block whose products `q · step` are all 0 or fp16 normals, in `LANES`
 /// independent f32 accumulators (so the loop vectorizes); sums go to f64 once per block.
 /// Returns `(Σ(w − ŵ)², Σw², max |w − ŵ|)`.
+#[inline(always)]
 fn quantize_normal_block(q: &mut [u8], w: &[f32], step: f32, lo: f32, hi: f32) -> (f64, f64, f64) {
     let mut e2 = [0f32; LANES];
     let mut r2 = [0f32; LANES];
@@ -102,7 +104,7 @@ fn quantize_normal_block(q: &mut [u8], w: &[f32], step: f32, lo: f32, hi: f32) -
 
 /// `x` rounded to the nearest integer, ties to even, for `|x| < 2^22` (adding and removing
 /// 1.5·2^23 leaves no fraction bits; avoids a libm call per weight).
-#[inline]
+#[inline(always)]
 fn round_ties_even_small(x: f32) -> f32 {
     const MAGIC: f32 = 12_582_912.0;
     (x + MAGIC) - MAGIC
@@ -127,8 +129,43 @@ pub(crate) fn block_scale(max_abs: f32, qmax: i32) -> Option<f16> {
 }
 
 /// Quantizes one block symmetrically (`[-qmax, qmax]`, no offset) into `q_blk`; returns its
-/// scale and `(Σ(w − ŵ)², Σw², max |w − ŵ|)`. `block` numbers it in errors.
+/// scale and `(Σ(w − ŵ)², Σw², max |w − ŵ|)`. `block` numbers it in errors. The same code,
+/// compiled for AVX2 where the CPU has it (the lanes loops then run 8 wide).
 fn symmetric_block(
+    tensor: &str,
+    block: usize,
+    q_blk: &mut [u8],
+    w_blk: &[f32],
+    qmax: i32,
+) -> Result<(f16, (f64, f64, f64))> {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        // SAFETY: the CPU supports AVX2, checked just above
+        return unsafe { symmetric_block_avx2(tensor, block, q_blk, w_blk, qmax) };
+    }
+    symmetric_block_portable(tensor, block, q_blk, w_blk, qmax)
+}
+
+#[cfg(target_arch = "x86_64")]
+fn has_avx2() -> bool {
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| is_x86_feature_detected!("avx2"))
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn symmetric_block_avx2(
+    tensor: &str,
+    block: usize,
+    q_blk: &mut [u8],
+    w_blk: &[f32],
+    qmax: i32,
+) -> Result<(f16, (f64, f64, f64))> {
+    symmetric_block_portable(tensor, block, q_blk, w_blk, qmax)
+}
+
+#[inline(always)]
+fn symmetric_block_portable(
     tensor: &str,
     block: usize,
     q_blk: &mut [u8],
@@ -160,73 +197,72 @@ fn symmetric_block(
     Ok((scale, (e2, r2, emax as f64)))
 }
 
-/// Stores a block that lies on `grid` on that grid: data `k + shift` (k the grid index) with
-/// `shift` chosen so `data − offset` stays close to `w / scale` (fp16 then keeps the precision
-/// of the value itself), and the fp16 scale and offset — among the two fp16 values bracketing
-/// the step, each with its least-squares offset and that offset rounded to an integer (exact
-/// `data − offset` for grids through zero, e.g. Q5_0/Q8_0/Q6_K) — that reconstruct the block
-/// best. Core ML reconstructs `fp16(scale · fp16(data − offset))`. Returns `None` (the caller
-/// falls back to symmetric) for a constant block or a step with no fp16 normal within 2^-11.
+/// Stores a block that lies on `grid` on that grid: data `j·k + shift` (`k` the grid index),
+/// fp16 scale `s ≈ step / j`, an fp16 offset; Core ML reconstructs
+/// `fp16(s · fp16(data − offset))`. The step seldom is an fp16 value (a K-quant's step is
+/// `d · sc`) and every rounding here biases the whole block, so each multiplier `j` the width
+/// allows is tried, with the least-squares offset and that offset rounded to an integer (exact
+/// `data − offset` for grids through zero: Q5_0/Q8_0/Q6_K), and the candidate reconstructing
+/// the block best is kept. `shift` keeps `data − offset` close to `w / s`, where fp16 holds it
+/// to the precision of the value itself. Returns `None` (the caller falls back to symmetric)
+/// for a constant block or a step without a nearby fp16 normal.
 fn grid_block(
     q_blk: &mut [u8],
     w_blk: &[f32],
     grid: AffineGrid,
     bits: LinearBits,
+    indices: &mut Vec<i32>,
 ) -> Option<(f16, f16, (f64, f64, f64))> {
     if grid.top == 0 {
         return None;
     }
-    let nearest = f16::from_f64(grid.step);
-    if !nearest.is_normal() || ((nearest.to_f64() - grid.step) / grid.step).abs() > 1.0 / 2048.0 {
-        return None;
-    }
-    let bracket = match nearest.to_f64().partial_cmp(&grid.step) {
-        Some(std::cmp::Ordering::Less) => [nearest, f16::from_bits(nearest.to_bits() + 1)],
-        Some(std::cmp::Ordering::Greater) => [f16::from_bits(nearest.to_bits() - 1), nearest],
-        _ => [nearest, nearest],
-    };
     let (qmin, qmax) = bits.grid_range();
     let top = grid.top as i32;
-    let index = |w: f32| ((w as f64 - grid.origin) / grid.step).round() as i32;
-    let reconstruct = |data: i32, scale: f32, offset: f32| {
-        round_to_f16(scale * round_to_f16(data as f32 - offset))
-    };
-    // (squared error, scale, offset, shift)
-    let mut best: Option<(f64, f16, f16, i32)> = None;
-    for scale in bracket.into_iter().filter(|s| s.is_normal()) {
-        let s = scale.to_f64();
-        let shift = ((grid.origin / s).round() as i32).clamp(qmin, qmax - top);
-        let least_squares = w_blk
+    let inv_step = 1.0 / grid.step;
+    indices.clear();
+    indices.extend(
+        w_blk
             .iter()
-            .map(|&w| (index(w) + shift) as f64 - w as f64 / s)
-            .sum::<f64>()
-            / w_blk.len() as f64;
+            .map(|&w| grid::round_near_integer((w as f64 - grid.origin) * inv_step) as i32),
+    );
+    let n = w_blk.len() as f64;
+    let sum_w: f64 = w_blk.iter().map(|&w| w as f64).sum();
+    let sum_k: f64 = indices.iter().map(|&k| k as f64).sum();
+    // (Σ(w − ŵ)², max |w − ŵ|, scale, offset, j, shift)
+    let mut best: Option<(f64, f32, f16, f16, i32, i32)> = None;
+    for j in 1..=((qmax - qmin) / top) {
+        let target = grid.step / j as f64;
+        let scale = f16::from_f64(target);
+        let s = scale.to_f64();
+        if !scale.is_normal() || ((s - target) / target).abs() > 1.0 / 2048.0 {
+            continue;
+        }
+        let shift = (grid::round_near_integer(grid.origin / s) as i32).clamp(qmin, qmax - j * top);
+        // the offset minimizing Σ(s·(data − offset) − w)²: the mean of data − w / s
+        let least_squares = (j as f64 * sum_k + n * shift as f64 - sum_w / s) / n;
+        let scale32 = scale.to_f32();
         for offset in [least_squares, least_squares.round()].map(f16::from_f64) {
-            let (s32, o32) = (scale.to_f32(), offset.to_f32());
-            let e2: f64 = w_blk
-                .iter()
-                .map(|&w| {
-                    let d = w as f64 - reconstruct(index(w) + shift, s32, o32) as f64;
-                    d * d
-                })
-                .sum();
+            let off = offset.to_f32();
+            let (mut e2, mut emax) = (0f64, 0f32);
+            for (&w, &k) in w_blk.iter().zip(indices.iter()) {
+                let d = w - round_to_f16(scale32 * round_to_f16((j * k + shift) as f32 - off));
+                e2 += (d * d) as f64;
+                emax = emax.max(d.abs());
+            }
             if best.is_none_or(|(b, ..)| e2 < b) {
-                best = Some((e2, scale, offset, shift));
+                best = Some((e2, emax, scale, offset, j, shift));
             }
         }
+        if best.is_some_and(|(e2, ..)| e2 == 0.0) {
+            break;
+        }
     }
-    let (_, scale, offset, shift) = best?;
-    let (s32, o32) = (scale.to_f32(), offset.to_f32());
-    let (mut e2, mut r2, mut emax) = (0f64, 0f64, 0f64);
-    for (qv, &wv) in q_blk.iter_mut().zip(w_blk) {
-        let data = index(wv) + shift;
-        *qv = data as i8 as u8;
-        let d = wv as f64 - reconstruct(data, s32, o32) as f64;
-        e2 += d * d;
-        r2 += wv as f64 * wv as f64;
-        emax = emax.max(d.abs());
+    let (e2, emax, scale, offset, j, shift) = best?;
+    for (qv, &k) in q_blk.iter_mut().zip(indices.iter()) {
+        *qv = (j * k + shift) as i8 as u8;
     }
-    Some((scale, offset, (e2, r2, emax)))
+    let r2 = w_blk.iter().map(|&w| w as f64 * w as f64).sum();
+    Some((scale, offset, (e2, r2, emax as f64)))
 }
 
 /// Blocks sampled per tensor to decide whether it has a source grid.
@@ -316,7 +352,7 @@ pub(crate) fn quantize(
             |(row, (((q_row, s_row), o_row), w_row))| -> Result<(ErrorAccumulator, usize)> {
                 let mut acc = ErrorAccumulator::default();
                 let mut on_grid = 0;
-                let mut scratch = Vec::new();
+                let (mut scratch, mut indices) = (Vec::new(), Vec::new());
                 for (b, ((q_blk, w_blk), s)) in q_row
                     .chunks_mut(block_len)
                     .zip(w_row.chunks(block_len))
@@ -325,7 +361,7 @@ pub(crate) fn quantize(
                 {
                     if grid {
                         let stored = grid::detect(w_blk, bits.grid_levels(), &mut scratch)
-                            .and_then(|g| grid_block(q_blk, w_blk, g, bits));
+                            .and_then(|g| grid_block(q_blk, w_blk, g, bits, &mut indices));
                         if let Some((scale, offset, (e2, r2, emax))) = stored {
                             *s = scale;
                             o_row[b] = offset;

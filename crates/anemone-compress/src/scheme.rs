@@ -95,6 +95,11 @@ pub enum Scheme {
         mode: PaletteMode,
         group_size: usize,
     },
+    /// The narrowest linear width that keeps a block-quantized source exact: int4 on the
+    /// source's grids where nearly every block has at most 16 levels (Q4_0/Q4_1/Q4_K), else
+    /// int8 [`LinearMode::Auto`] (grids of up to 256 levels: Q5_x/Q6_K/Q8_0; symmetric per
+    /// channel for weights without grids). Resolves per tensor to a `Linear` scheme.
+    Source { block_size: Option<usize> },
 }
 
 impl Scheme {
@@ -137,6 +142,9 @@ impl Scheme {
             Scheme::Linear {
                 block_size: Some(0),
                 ..
+            }
+            | Scheme::Source {
+                block_size: Some(0),
             } => bad("block size must be >= 1".into()),
             Scheme::Palettize { bits, .. } if !PALETTE_BITS.contains(&bits) => {
                 bad(format!("palette bits must be one of {PALETTE_BITS:?}"))
@@ -150,6 +158,8 @@ impl Scheme {
         match *self {
             Scheme::Linear { bits, .. } => bits.dtype().bits() as u32,
             Scheme::Palettize { bits, .. } => bits as u32,
+            // at most int8 (a tensor that resolves to int4 stores 4)
+            Scheme::Source { .. } => 8,
         }
     }
 }
@@ -171,6 +181,13 @@ impl fmt::Display for Scheme {
                     LinearMode::Symmetric => ":symmetric",
                     LinearMode::Grid => ":grid",
                 })?;
+                if let Some(b) = block_size {
+                    write!(f, ":block={b}")?;
+                }
+                Ok(())
+            }
+            Scheme::Source { block_size } => {
+                f.write_str("source")?;
                 if let Some(b) = block_size {
                     write!(f, ":block={b}")?;
                 }
@@ -211,6 +228,7 @@ impl FromStr for Scheme {
         let mut scheme = match kind {
             "int8" => Scheme::int8(),
             "int4" => Scheme::int4(),
+            "source" => Scheme::Source { block_size: None },
             k if k.starts_with("lut") => {
                 let bits: u8 = k[3..]
                     .parse()
@@ -219,13 +237,14 @@ impl FromStr for Scheme {
             }
             other => {
                 return Err(bad(format!(
-                    "unknown kind `{other}` (expected int8, int4 or lutN)"
+                    "unknown kind `{other}` (expected int8, int4, source or lutN)"
                 )))
             }
         };
         for part in parts {
             match (&mut scheme, part.split_once('=')) {
-                (Scheme::Linear { block_size, .. }, Some(("block", v))) => {
+                (Scheme::Linear { block_size, .. }, Some(("block", v)))
+                | (Scheme::Source { block_size }, Some(("block", v))) => {
                     *block_size = Some(parse_num("block", v)?)
                 }
                 (Scheme::Linear { mode, .. }, None) if part == "symmetric" => {

@@ -35,6 +35,13 @@ fn scheme_text_round_trips() {
                 mode: LinearMode::Grid,
             },
         ),
+        ("source", Scheme::Source { block_size: None }),
+        (
+            "source:block=16",
+            Scheme::Source {
+                block_size: Some(16),
+            },
+        ),
         ("lut4", Scheme::kmeans(4)),
         (
             "lut6:uniform:group=16",
@@ -69,6 +76,8 @@ fn scheme_text_round_trips() {
         "lut4:fast",
         "lut4:grid",
         "int8:kmeans",
+        "source:grid",
+        "source:block=0",
         "",
     ] {
         let e = bad.parse::<Scheme>().unwrap_err();

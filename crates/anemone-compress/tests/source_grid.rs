@@ -191,3 +191,30 @@ fn an_explicit_block_size_is_kept() {
     let c = compress("w", &w, &[o, i], &"int4:block=32".parse().unwrap()).unwrap();
     assert_eq!(c.scheme().to_string(), "int4:grid:block=32");
 }
+
+#[test]
+fn source_picks_the_narrowest_width_holding_the_grid() {
+    let mut rng = Rng::new(13);
+    let source = Scheme::Source { block_size: None };
+    let (o, i) = (32, 256);
+    let cases = [
+        (q4_1_weight(&mut rng, o, i), "int4:grid:block=32"),
+        (q6_k_weight(&mut rng, o, i), "int8:grid:block=16"),
+        (rng.normals(o * i, 0.02), "int8:symmetric"),
+    ];
+    for (w, want) in cases {
+        let c = compress("w", &w, &[o, i], &source).unwrap();
+        assert_eq!(c.scheme().to_string(), want);
+        let same = compress("w", &w, &[o, i], &want.parse().unwrap()).unwrap();
+        assert_eq!(c.payload(), same.payload(), "{want}");
+    }
+    assert!(compress(
+        "w",
+        &[0.0; 24],
+        &[2, 12],
+        &"source:block=8".parse().unwrap()
+    )
+    .unwrap_err()
+    .to_string()
+    .contains("block size 8 does not divide 12"));
+}

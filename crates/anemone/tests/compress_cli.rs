@@ -383,7 +383,7 @@ fn conflicting_or_bad_options_are_refused_by_name() {
         r#"{"rules": [{"pattern": "*", "scheme": "int5"}]}"#,
     )
     .unwrap();
-    let cases: [(&[&str], &str); 8] = [
+    let cases: [(&[&str], &str); 9] = [
         (&["--quantize", "int8", "--palettize", "4"], "--palettize"),
         (
             &["--quantize", "int8", "--compress-config", "x.json"],
@@ -392,6 +392,10 @@ fn conflicting_or_bad_options_are_refused_by_name() {
         (&["--group-size", "16"], "--palettize"),
         (&["--block-size", "16"], "--quantize"),
         (&["--linear-mode", "grid"], "--quantize"),
+        (
+            &["--quantize", "source", "--linear-mode", "symmetric"],
+            "--linear-mode",
+        ),
         (&["--palettize", "5"], "2, 3, 4, 6 or 8"),
         (
             &["--quantize", "int8", "--precision", "fp32"],

@@ -158,10 +158,9 @@ fn smollm2_lut8_group8_passes_the_default_gate() {
     assert!(summary["min_cosine"].as_f64().unwrap() >= 0.999);
 }
 
-#[test]
-fn qwen25_coder_int8_passes_the_default_gate() {
-    let tmp = tempfile::tempdir().unwrap();
-    let prompts = tmp.path().join("prompts.json");
+/// The canary and a code prompt: Qwen2.5 runs 4 steps of these, to bound the suite's time.
+fn qwen_prompts(dir: &Path) -> std::path::PathBuf {
+    let prompts = dir.join("prompts.json");
     std::fs::write(
         &prompts,
         serde_json::json!([
@@ -171,6 +170,67 @@ fn qwen25_coder_int8_passes_the_default_gate() {
         .to_string(),
     )
     .unwrap();
+    prompts
+}
+
+#[test]
+fn qwen25_coder_source_width_passes_the_default_gate() {
+    // Q4_K down projections (half the layers) go to int4, Q5_0/Q6_K/Q8_0 tensors to int8
+    let tmp = tempfile::tempdir().unwrap();
+    let prompts = qwen_prompts(tmp.path());
+    let file = "qwen2.5-coder-0.5b-instruct.Q4_K_M.gguf";
+    let source = model(file);
+    let bundle = tmp.path().join("source.bundle");
+    let convert = anemone(&[
+        "convert",
+        source.to_str().unwrap(),
+        "--out",
+        bundle.to_str().unwrap(),
+        "--quantize",
+        "source",
+    ]);
+    assert!(convert.status.success(), "{}", text(&convert.stderr));
+    let manifest: Value =
+        serde_json::from_slice(&std::fs::read(bundle.join("anemone.json")).unwrap()).unwrap();
+    let mut applied: Vec<(String, String)> = manifest["compression"]["tensors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            let name = t["tensor"].as_str().unwrap();
+            let kind = name.split('.').rev().nth(1).unwrap().to_string();
+            (kind, t["scheme"].as_str().unwrap().to_string())
+        })
+        .collect();
+    applied.sort();
+    applied.dedup();
+    assert_eq!(
+        applied,
+        [
+            ("down_proj", "int4:grid:block=32"),
+            ("down_proj", "int8:grid:block=16"),
+            ("gate_proj", "int8:grid:block=32"),
+            ("k_proj", "int8:grid:block=32"),
+            ("o_proj", "int8:grid:block=32"),
+            ("q_proj", "int8:grid:block=32"),
+            ("up_proj", "int8:grid:block=32"),
+            ("v_proj", "int8:grid:block=32"),
+        ]
+        .map(|(k, s)| (k.to_string(), s.to_string())),
+        "per projection kind, the schemes applied"
+    );
+    gate(
+        file,
+        &bundle,
+        &source,
+        &["--prompts", prompts.to_str().unwrap(), "--steps", "4"],
+    );
+}
+
+#[test]
+fn qwen25_coder_int8_passes_the_default_gate() {
+    let tmp = tempfile::tempdir().unwrap();
+    let prompts = qwen_prompts(tmp.path());
     // Q6_K down projections have 16-value grids: (1 + 4/16) / 2 for those
     source_grid_passes_the_default_gate(
         "qwen2.5-coder-0.5b-instruct.Q4_K_M.gguf",

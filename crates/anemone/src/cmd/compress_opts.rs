@@ -15,6 +15,8 @@ use clap::{Args, ValueEnum};
 pub enum QuantizeBits {
     Int8,
     Int4,
+    /// int4 where the source's blocks have at most 16 levels, int8 elsewhere.
+    Source,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -38,7 +40,8 @@ pub struct CompressArgs {
     /// channel, or per --block-size input channels. Weights from a block-quantized source
     /// (GGUF Q4_0/Q4_1/Q5_x/Q8_0/K-quants) are stored on the source's own grids instead — one
     /// fp16 scale and offset per 32 (or 16) weights — and keep the source's values to fp16
-    /// precision (see --linear-mode).
+    /// precision (see --linear-mode). `source`: per tensor the narrowest of the two that
+    /// holds a GGUF source exactly (int4 for Q4_0/Q4_1/Q4_K tensors, int8 for Q5/Q6/Q8).
     #[arg(long, value_enum, conflicts_with_all = ["palettize", "compress_config"])]
     pub quantize: Option<QuantizeBits>,
 
@@ -81,12 +84,17 @@ impl CompressArgs {
             let mut text = match bits {
                 QuantizeBits::Int8 => "int8".to_string(),
                 QuantizeBits::Int4 => "int4".to_string(),
+                QuantizeBits::Source => "source".to_string(),
             };
-            text.push_str(match self.linear_mode.unwrap_or(LinearModeArg::Auto) {
-                LinearModeArg::Auto => "",
-                LinearModeArg::Symmetric => ":symmetric",
-                LinearModeArg::Grid => ":grid",
-            });
+            match (bits, self.linear_mode.unwrap_or(LinearModeArg::Auto)) {
+                (_, LinearModeArg::Auto) => {}
+                (QuantizeBits::Source, _) => bail!(
+                    "--linear-mode: --quantize source picks the source's grids itself (only \
+                     auto applies)"
+                ),
+                (_, LinearModeArg::Symmetric) => text.push_str(":symmetric"),
+                (_, LinearModeArg::Grid) => text.push_str(":grid"),
+            }
             if let Some(b) = self.block_size {
                 text.push_str(&format!(":block={b}"));
             }
