@@ -200,10 +200,10 @@ fn symmetric_block_portable(
 /// Stores a block that lies on `grid` on that grid: data `j·k + shift` (`k` the grid index),
 /// fp16 scale `s ≈ step / j`, an fp16 offset; Core ML reconstructs
 /// `fp16(s · fp16(data − offset))`. The step seldom is an fp16 value (a K-quant's step is
-/// `d · sc`) and every rounding here biases the whole block, so each multiplier `j` the width
-/// allows is tried, with the least-squares offset and that offset rounded to an integer (exact
-/// `data − offset` for grids through zero: Q5_0/Q8_0/Q6_K), and the candidate reconstructing
-/// the block best is kept. `shift` keeps `data − offset` close to `w / s`, where fp16 holds it
+/// `d · sc`) and its rounding biases the whole block, so besides `j = 1` the multiplier whose
+/// fp16 `step / j` is closest (among those the width allows) is tried, each with the
+/// least-squares offset and that offset rounded to an integer (exact `data − offset` for grids
+/// through zero: Q5_0/Q8_0/Q6_K); the candidate reconstructing the block best is kept. `shift` keeps `data − offset` close to `w / s`, where fp16 holds it
 /// to the precision of the value itself. Returns `None` (the caller falls back to symmetric)
 /// for a constant block or a step without a nearby fp16 normal.
 fn grid_block(
@@ -230,11 +230,21 @@ fn grid_block(
     let sum_k: f64 = indices.iter().map(|&k| k as f64).sum();
     // (Σ(w − ŵ)², max |w − ŵ|, scale, offset, j, shift)
     let mut best: Option<(f64, f32, f16, f16, i32, i32)> = None;
-    for j in 1..=((qmax - qmin) / top) {
+    // multipliers tried: 1, and the one whose fp16 scale lands closest to step / j
+    let scale_error = |j: i32| {
         let target = grid.step / j as f64;
         let scale = f16::from_f64(target);
+        (scale, ((scale.to_f64() - target) / target).abs())
+    };
+    let closest = (2..=((qmax - qmin) / top))
+        .map(|j| (j, scale_error(j).1))
+        .filter(|&(_, e)| e < scale_error(1).1)
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+        .map(|(j, _)| j);
+    for j in std::iter::once(1).chain(closest) {
+        let (scale, error) = scale_error(j);
         let s = scale.to_f64();
-        if !scale.is_normal() || ((s - target) / target).abs() > 1.0 / 2048.0 {
+        if !scale.is_normal() || error > 1.0 / 2048.0 {
             continue;
         }
         let shift = (grid::round_near_integer(grid.origin / s) as i32).clamp(qmin, qmax - j * top);
@@ -252,9 +262,6 @@ fn grid_block(
             if best.is_none_or(|(b, ..)| e2 < b) {
                 best = Some((e2, emax, scale, offset, j, shift));
             }
-        }
-        if best.is_some_and(|(e2, ..)| e2 == 0.0) {
-            break;
         }
     }
     let (e2, emax, scale, offset, j, shift) = best?;
