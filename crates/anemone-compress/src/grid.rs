@@ -103,25 +103,38 @@ pub(crate) fn detect(block: &[f32], levels: u32, scratch: &mut Vec<i32>) -> Opti
 }
 
 /// Share of blocks (of `block_len` values, at most `samples` spread evenly over `weights`) that
-/// lie on an affine grid of at most `levels` levels.
-pub(crate) fn sampled_fit(weights: &[f32], block_len: usize, levels: u32, samples: usize) -> f64 {
+/// lie on an affine grid of at most `levels` levels. With `give_up_below`, sampling stops (and
+/// returns the share so far, below it) once that share can no longer be reached: a weight
+/// without grids costs a few detections, not `samples`.
+pub(crate) fn sampled_fit(
+    weights: &[f32],
+    block_len: usize,
+    levels: u32,
+    samples: usize,
+    give_up_below: Option<f64>,
+) -> f64 {
     let blocks = weights.len() / block_len;
     if blocks == 0 {
         return 0.0;
     }
     let taken = blocks.min(samples);
+    let allowed_misses = give_up_below.map_or(taken, |share| {
+        taken - (share * taken as f64).ceil().min(taken as f64) as usize
+    });
     let mut scratch = Vec::with_capacity(block_len);
-    let fit = (0..taken)
-        .filter(|&i| {
-            let b = i * blocks / taken;
-            detect(
-                &weights[b * block_len..(b + 1) * block_len],
-                levels,
-                &mut scratch,
-            )
-            .is_some()
-        })
-        .count();
+    let (mut fit, mut missed) = (0, 0);
+    for i in 0..taken {
+        let b = i * blocks / taken;
+        let block = &weights[b * block_len..(b + 1) * block_len];
+        if detect(block, levels, &mut scratch).is_some() {
+            fit += 1;
+        } else {
+            missed += 1;
+            if missed > allowed_misses {
+                return fit as f64 / taken as f64;
+            }
+        }
+    }
     fit as f64 / taken as f64
 }
 
@@ -172,7 +185,12 @@ mod tests {
     fn sampled_fit_counts_grid_blocks() {
         let mut w = grid_block(-1.0, 0.125, &[0, 3, 5, 9, 1, 2, 7, 8]);
         w.extend((0..8).map(|i| (i as f32 * 1.7).sin()));
-        assert_eq!(sampled_fit(&w, 8, 16, 100), 0.5);
-        assert_eq!(sampled_fit(&w, 8, 16, 1), 1.0);
+        assert_eq!(sampled_fit(&w, 8, 16, 100, None), 0.5);
+        assert_eq!(sampled_fit(&w, 8, 16, 1, None), 1.0);
+        // 0.9 cannot be reached once the second block misses
+        assert_eq!(sampled_fit(&w, 8, 16, 100, Some(0.9)), 0.5);
+        let mut noise: Vec<f32> = (0..800).map(|i| (i as f32 * 1.7).sin()).collect();
+        noise[..8].copy_from_slice(&w[..8]);
+        assert!(sampled_fit(&noise, 8, 16, 100, Some(0.9)) < 0.9);
     }
 }

@@ -209,7 +209,6 @@ pub fn compress_with(
 ) -> Result<Compressed> {
     scheme.validate()?;
     let layout = Layout::new(tensor, shape, weights.len(), &scheme.to_string())?;
-    check_finite(tensor, "weights", weights)?;
     if let Scheme::Source { block_size } = *scheme {
         let linear = |bits| Scheme::Linear {
             bits,
@@ -274,7 +273,20 @@ pub fn compress_with(
                     LinearMode::Symmetric
                 },
             };
-            let lq = linear::quantize(tensor, weights, &layout, bits, block_size, grid)?;
+            // NaN or infinity is looked for only when it shows (a scale overflow, a non-finite
+            // error sum), so finite weights are read once
+            let lq = match linear::quantize(tensor, weights, &layout, bits, block_size, grid) {
+                Err(e) => {
+                    check_finite(tensor, "weights", weights)?;
+                    return Err(e);
+                }
+                Ok(lq) => {
+                    if !lq.stats.relative_rms.is_finite() || !lq.stats.max_abs.is_finite() {
+                        check_finite(tensor, "weights", weights)?;
+                    }
+                    lq
+                }
+            };
             let mut scale_shape = vec![1; shape.len()];
             scale_shape[0] = layout.out_channels;
             scale_shape[1] = lq.blocks_per_row;
@@ -308,6 +320,7 @@ pub fn compress_with(
             mode,
             group_size,
         } => {
+            check_finite(tensor, "weights", weights)?;
             let group = if group_size == 0 {
                 layout.out_channels
             } else {

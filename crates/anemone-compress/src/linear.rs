@@ -2,6 +2,8 @@
 //! channels, for `constexpr_blockwise_shift_scale(data, scale[, offset])`: symmetric max-abs
 //! blocks, and blocks stored on their source's affine grid (see [`crate::grid`]).
 
+use std::sync::Arc;
+
 use half::f16;
 use rayon::prelude::*;
 
@@ -13,7 +15,7 @@ use crate::stats::{ErrorAccumulator, ErrorStats};
 
 pub(crate) struct LinearQuantized {
     /// Quantized values in `[-qmax, qmax]` as two's-complement bytes, row-major like the weight.
-    pub q: Vec<u8>,
+    pub q: Arc<[u8]>,
     /// One scale per (row, block), row-major `[O, I / B]`.
     pub scales: Vec<f16>,
     /// With a grid: one fp16 offset per scale (0 for blocks stored symmetrically).
@@ -303,7 +305,10 @@ pub(crate) fn resolve(
     let fits: Vec<(usize, f64)> = candidates
         .iter()
         .map(|&b| {
-            let fit = grid::sampled_fit(w, b * layout.spatial, bits.grid_levels(), GRID_SAMPLES);
+            // Auto only needs to know whether the share reaches GRID_MIN_FIT; Grid ranks them
+            let give_up = (mode == LinearMode::Auto).then_some(GRID_MIN_FIT);
+            let block_len = b * layout.spatial;
+            let fit = grid::sampled_fit(w, block_len, bits.grid_levels(), GRID_SAMPLES, give_up);
             (b, fit)
         })
         .collect();
@@ -326,6 +331,13 @@ pub(crate) fn resolve(
     }
 }
 
+/// `len` zero bytes in an `Arc`.
+fn zeroed_bytes(len: usize) -> Arc<[u8]> {
+    let zeroed = Arc::<[u8]>::new_zeroed_slice(len);
+    // SAFETY: every byte is initialized (to zero), and any byte is a valid u8
+    unsafe { zeroed.assume_init() }
+}
+
 pub(crate) fn quantize(
     tensor: &str,
     w: &[f32],
@@ -339,7 +351,9 @@ pub(crate) fn quantize(
     let blocks_per_row = layout.in_channels / block_channels;
     let block_len = block_channels * layout.spatial;
     let qmax = bits.qmax();
-    let mut q = vec![0u8; w.len()];
+    // allocated where the MIL tensor will hold it (no copy of the largest buffer afterwards)
+    let mut q_shared = zeroed_bytes(w.len());
+    let q = Arc::get_mut(&mut q_shared).expect("a fresh Arc has no other owner");
     let mut scales = vec![f16::ZERO; layout.out_channels * blocks_per_row];
     let mut offsets = vec![f16::ZERO; if grid { scales.len() } else { 0 }];
     let mut offset_rows: Vec<&mut [f16]> = if grid {
@@ -392,7 +406,7 @@ pub(crate) fn quantize(
         )?;
     drop(offset_rows);
     Ok(LinearQuantized {
-        q,
+        q: q_shared,
         scales,
         offsets: grid.then_some(offsets),
         blocks_per_row,
