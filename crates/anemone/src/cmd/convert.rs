@@ -29,6 +29,7 @@ use super::compress_opts::CompressArgs;
 ///   anemone convert ./qwen3-dir --out q3.bundle --layers-per-chunk 4 --state-layout split
 ///   anemone convert ./model --out m.bundle --precision fp32 --lm-head package --force --json
 ///   anemone convert model.gguf --out m-int8.bundle --quantize int8
+///   anemone convert model.Q4_1.gguf --out m-q.bundle --quantize source
 ///   anemone convert model.gguf --out m-lut4.bundle --palettize 4 --group-size 16
 ///   anemone convert model.gguf --out m-mixed.bundle --compress-config mixed.json
 #[derive(Debug, Args)]
