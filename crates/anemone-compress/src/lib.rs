@@ -199,6 +199,28 @@ fn shape_error(tensor: &str, shape: &[usize], scheme: &Scheme, detail: String) -
     }
 }
 
+/// A linear block size must divide the input channels.
+fn check_block_size(
+    tensor: &str,
+    shape: &[usize],
+    scheme: &Scheme,
+    layout: &Layout,
+    block_size: Option<usize>,
+) -> Result<()> {
+    match block_size.filter(|b| !layout.in_channels.is_multiple_of(*b)) {
+        Some(block) => Err(shape_error(
+            tensor,
+            shape,
+            scheme,
+            format!(
+                "block size {block} does not divide {} input channels",
+                layout.in_channels
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Compresses one weight with explicit [`CompressOptions`].
 pub fn compress_with(
     tensor: &str,
@@ -215,17 +237,7 @@ pub fn compress_with(
             block_size,
             mode: LinearMode::Auto,
         };
-        if let Some(block) = block_size.filter(|b| layout.in_channels % b != 0) {
-            return Err(shape_error(
-                tensor,
-                shape,
-                scheme,
-                format!(
-                    "block size {block} does not divide {} input channels",
-                    layout.in_channels
-                ),
-            ));
-        }
+        check_block_size(tensor, shape, scheme, &layout, block_size)?;
         let (_, int4_grid) = linear::resolve(
             weights,
             &layout,
@@ -252,17 +264,7 @@ pub fn compress_with(
             block_size,
             mode,
         } => {
-            if let Some(block) = block_size.filter(|b| layout.in_channels % b != 0) {
-                return Err(shape_error(
-                    tensor,
-                    shape,
-                    scheme,
-                    format!(
-                        "block size {block} does not divide {} input channels",
-                        layout.in_channels
-                    ),
-                ));
-            }
+            check_block_size(tensor, shape, scheme, &layout, block_size)?;
             let (block_size, grid) = linear::resolve(weights, &layout, bits, block_size, mode);
             applied = Scheme::Linear {
                 bits,

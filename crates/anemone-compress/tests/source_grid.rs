@@ -5,26 +5,16 @@
 mod common;
 
 use anemone_compress::{compress, LinearBits, LinearMode, Payload, Scheme};
-use common::{naive_decode, naive_error, Rng};
+use common::{naive_decode, naive_error, q4_1_like, Rng};
 use half::f16;
 
 /// Tolerance tier for a weight stored on its own grid: two fp16 roundings (of `data − offset`
 /// and of the product) plus the fp16 scale's deviation from the step, relative to the weight.
 const GRID_REL_RMS: f64 = 6e-4;
 
-/// `[rows, cols]` dequantized like GGUF Q4_1: per 32 values `min + d·q`, q in 0..15, with fp16
-/// `d` and `min` (ggml computes `d·q + m` in f32).
+/// `[rows, cols]` dequantized like GGUF Q4_1 (blocks of 32).
 fn q4_1_weight(rng: &mut Rng, rows: usize, cols: usize) -> Vec<f32> {
-    let mut w = Vec::with_capacity(rows * cols);
-    for _ in 0..rows * cols / 32 {
-        let d = f16::from_f64(0.001 + 0.01 * rng.uniform()).to_f32();
-        let m = f16::from_f64(-8.0 * d as f64 * (0.5 + rng.uniform())).to_f32();
-        for _ in 0..32 {
-            let q = (rng.uniform() * 16.0).floor().min(15.0);
-            w.push(d * q as f32 + m);
-        }
-    }
-    w
+    q4_1_like(rng, rows * cols, 32, 0.001, 0.01)
 }
 
 /// `[rows, cols]` dequantized like GGUF Q6_K: per 16 values `d·sc·(q − 32)`, q in 0..63, with

@@ -49,18 +49,6 @@ const SCHEMES: [&str; 16] = [
     "lut6:group=64",
 ];
 
-/// `n` values dequantized like a Q4_1 source with 16-value blocks: `min + d·q`, q in 0..15,
-/// fp16 `d` and `min` (stored on their grid: fp16 offsets).
-fn source_grid_weight(rng: &mut Rng, n: usize) -> Vec<f32> {
-    let mut w = Vec::with_capacity(n);
-    while w.len() < n {
-        let d = half::f16::from_f64(0.001 + 0.004 * rng.uniform()).to_f32();
-        let m = half::f16::from_f64(-8.0 * d as f64 * (0.5 + rng.uniform())).to_f32();
-        w.extend((0..16).map(|_| d * (rng.uniform() * 16.0).floor().min(15.0) as f32 + m));
-    }
-    w
-}
-
 /// One function: for each scheme a 1×1 conv `[64, 48, 1, 1]` and a linear `[64, 48]`.
 fn build() -> (Program, Vec<(String, Compressed)>) {
     let (o, i) = (64, 48);
@@ -74,7 +62,8 @@ fn build() -> (Program, Vec<(String, Compressed)>) {
     for (n, text) in SCHEMES.iter().enumerate() {
         let scheme: Scheme = text.parse().unwrap();
         let w = if text.contains("grid") {
-            source_grid_weight(&mut rng, o * i)
+            // a Q4_1-like source with 16-value blocks: stored on its grid, with fp16 offsets
+            common::q4_1_like(&mut rng, o * i, 16, 0.001, 0.004)
         } else {
             rng.normals(o * i, 0.02)
         };

@@ -37,6 +37,22 @@ impl Rng {
     }
 }
 
+/// `n` values dequantized like a GGUF Q4_1 source with `block`-value blocks: `min + d·q`, q in
+/// 0..15, fp16 `d` (in `[d_lo, d_lo + d_span)`) and `min` (ggml computes `d·q + m` in f32).
+pub fn q4_1_like(rng: &mut Rng, n: usize, block: usize, d_lo: f64, d_span: f64) -> Vec<f32> {
+    let mut w = Vec::with_capacity(n);
+    while w.len() < n {
+        let d = f16::from_f64(d_lo + d_span * rng.uniform()).to_f32();
+        let m = f16::from_f64(-8.0 * d as f64 * (0.5 + rng.uniform())).to_f32();
+        for _ in 0..block {
+            let q = (rng.uniform() * 16.0).floor().min(15.0);
+            w.push(d * q as f32 + m);
+        }
+    }
+    w.truncate(n);
+    w
+}
+
 /// Decodes a payload with `anemone_mil`'s own unpacker (independent of the crate's packer):
 /// `fp16(scale[block] · fp16(q − offset[block]))` or `lut[group][index]`, following the iOS18
 /// op definitions.
