@@ -69,6 +69,19 @@ impl<'a> Frame<'a, '_> {
     }
 }
 
+/// One op's result as the executor stored it (after the precision's rounding), shown to an
+/// observer passed to [`LoadedPackage::predict_observed`].
+#[derive(Debug, Clone, Copy)]
+pub struct OpOutput<'t> {
+    /// The op's name in the program (e.g. `l5_q_proj`).
+    pub op: &'t str,
+    /// The MIL op type (e.g. `conv`).
+    pub op_type: &'static str,
+    /// The output value's name (an op with several outputs reports each).
+    pub value: &'t str,
+    pub tensor: &'t Tensor,
+}
+
 impl LoadedPackage {
     /// Runs `function` with named tensor inputs, reading and writing `state`; returns the
     /// function's outputs by name.
@@ -77,6 +90,29 @@ impl LoadedPackage {
         function: &str,
         inputs: &HashMap<String, Tensor>,
         state: &mut State,
+    ) -> Result<HashMap<String, Tensor>> {
+        self.run(function, inputs, state, None)
+    }
+
+    /// Like [`LoadedPackage::predict`], showing every op output to `observer` in program order,
+    /// as stored (fp16-rounded in fp16 mode). Fused in-place KV writes produce no value and are
+    /// not shown.
+    pub fn predict_observed(
+        &self,
+        function: &str,
+        inputs: &HashMap<String, Tensor>,
+        state: &mut State,
+        observer: &mut dyn FnMut(OpOutput<'_>),
+    ) -> Result<HashMap<String, Tensor>> {
+        self.run(function, inputs, state, Some(observer))
+    }
+
+    fn run(
+        &self,
+        function: &str,
+        inputs: &HashMap<String, Tensor>,
+        state: &mut State,
+        mut observer: Option<&mut dyn FnMut(OpOutput<'_>)>,
     ) -> Result<HashMap<String, Tensor>> {
         let f = self.function(function)?;
         let mut slots: Vec<Slot> = (0..f.value_names.len()).map(|_| Slot::Empty).collect();
@@ -129,6 +165,14 @@ impl LoadedPackage {
             };
             for ((t, &v), ty) in outs.into_iter().zip(&step.outputs).zip(&step.out_types) {
                 let t = finish_output(t, ty, precision).map_err(op_err)?;
+                if let Some(observe) = observer.as_mut() {
+                    observe(OpOutput {
+                        op: &step.name,
+                        op_type: step.op.mil_type(),
+                        value: frame.name(v),
+                        tensor: &t,
+                    });
+                }
                 frame.slots[v.index()] = Slot::Owned(t);
             }
             for v in &step.release {

@@ -28,5 +28,6 @@ mod package;
 mod tensor;
 
 pub use error::{ExecError, Result};
+pub use interp::OpOutput;
 pub use package::{LoadedPackage, Port, Signature, State};
 pub use tensor::{round_f16, round_f16_in_place, Precision, Tensor, MAX_EXACT_INT};

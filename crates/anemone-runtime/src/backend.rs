@@ -8,6 +8,10 @@ use std::sync::Arc;
 
 pub use anemone_exec::{Precision as ExecPrecision, Tensor};
 
+/// A function's outputs by name, and the first op whose output held a non-finite value
+/// (`name (type)`), when the backend can tell.
+pub type CheckedOutputs = (HashMap<String, Tensor>, Option<String>);
+
 /// An engine that runs `.mlpackage` files as written to disk.
 ///
 /// Tensors cross the boundary as [`Tensor`] (values held as f32 whatever the declared dtype;
@@ -38,6 +42,19 @@ pub trait Backend {
         inputs: &HashMap<String, Tensor>,
         state: &mut Self::State,
     ) -> Result<HashMap<String, Tensor>, Self::Error>;
+
+    /// Like [`Backend::predict`], also naming the first op (in program order) whose output held
+    /// a non-finite value, as `name (type)`, where the backend can see inside a package. The
+    /// default, for a backend that cannot (Core ML), runs `predict` and names none.
+    fn predict_checked(
+        &self,
+        package: &Self::Package,
+        function: &str,
+        inputs: &HashMap<String, Tensor>,
+        state: &mut Self::State,
+    ) -> Result<CheckedOutputs, Self::Error> {
+        Ok((self.predict(package, function, inputs, state)?, None))
+    }
 }
 
 /// The executor precision matching a bundle's conversion precision (fp16 bundles run in the
@@ -130,5 +147,27 @@ impl Backend for ExecutorBackend {
             Some(pool) => pool.install(|| package.predict(function, inputs, state)),
             None => package.predict(function, inputs, state),
         }
+    }
+
+    fn predict_checked(
+        &self,
+        package: &Self::Package,
+        function: &str,
+        inputs: &HashMap<String, Tensor>,
+        state: &mut Self::State,
+    ) -> Result<CheckedOutputs, Self::Error> {
+        let mut first_non_finite = None;
+        let mut run = || {
+            package.predict_observed(function, inputs, state, &mut |o| {
+                if first_non_finite.is_none() && o.tensor.data.iter().any(|v| !v.is_finite()) {
+                    first_non_finite = Some(format!("{} ({})", o.op, o.op_type));
+                }
+            })
+        };
+        let outputs = match &self.pool {
+            Some(pool) => pool.install(run)?,
+            None => run()?,
+        };
+        Ok((outputs, first_non_finite))
     }
 }

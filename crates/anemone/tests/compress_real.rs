@@ -8,12 +8,13 @@
 //! = its step, fp16 offset), so the bundle keeps the fp16 bundle's fidelity; symmetric int8 per
 //! channel adds a second quantization error that SmolLM2's massive activations (|x| ≈ 22k) turn
 //! into a logits cosine of 0.993 (measured; see the README's compression table). On a Q4_1
-//! source even `--quantize int4` is lossless. SmolLM2 runs the default prompts and steps;
-//! Qwen2.5 (4× the weights) the canary and the code prompt for 4 steps, to bound the suite's
-//! time. (On the full default prompt set Qwen2.5's int8 bundle misses the per-chunk threshold
-//! at one hidden state, prompt 2 token 4, by about 1e-6; the fp16 bundle reaches only 0.9994
-//! there and the executor in fp32 puts the int8 weights' own cost at 1.5e-5: README, compressed
-//! bundles.) `inspect` shows the compression summary.
+//! source even `--quantize int4` is lossless. The int8 bundles of both models run the full
+//! default gate (every built-in prompt, 8 steps); the other Qwen2.5 schemes (4× SmolLM2's
+//! weights) run the canary and the code prompt for 4 steps, to bound the suite's time.
+//! Qwen2.5's weakest hidden state (prompt 2, token 4) passes because the chunks center their
+//! keys (see `anemone_models::ane::decoder`); without that, its fp16 attention scores reach
+//! ≈ 1500 and the fp16 bundle itself only makes 0.9994 there. `inspect` shows the compression
+//! summary.
 
 mod support;
 use support::{anemone, model, text};
@@ -231,15 +232,15 @@ fn qwen25_coder_source_width_passes_the_default_gate() {
 }
 
 #[test]
-fn qwen25_coder_int8_passes_the_default_gate() {
-    let tmp = tempfile::tempdir().unwrap();
-    let prompts = qwen_prompts(tmp.path());
+fn qwen25_coder_int8_passes_the_full_default_gate() {
     // Q6_K down projections have 16-value grids: (1 + 4/16) / 2 for those
     source_grid_passes_the_default_gate(
         "qwen2.5-coder-0.5b-instruct.Q4_K_M.gguf",
         "int8",
         &[32, 16],
         INT8_GRID32_RATIO..0.625,
-        &["--prompts", prompts.to_str().unwrap(), "--steps", "4"],
+        // every default prompt and step, with a per-chunk bar above the default 0.999: measured
+        // 0.99978 with centered keys, 0.998999 without
+        &["--min-chunk-cosine", "0.9995"],
     );
 }

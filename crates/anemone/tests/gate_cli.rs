@@ -1,7 +1,8 @@
 //! `anemone gate` as a user runs it: an fp32 bundle of an oracle checkpoint passes against its
 //! reference; a bundle whose chunk 1 was converted from swapped K/V projections fails with exit
-//! status 1 naming chunk 1; a modified bundle file is refused by its sha256; a context overflow is
-//! an error; several variants land in one JSON report and one SVG plot.
+//! status 1 naming chunk 1; an fp16 overflow inside a chunk is named by op; a modified bundle
+//! file is refused by its sha256; a context overflow is an error; several variants land in one
+//! JSON report and one SVG plot.
 
 mod support;
 use support::{anemone, fixture};
@@ -63,6 +64,29 @@ impl TensorStore for Swapped {
     }
     fn load_f32(&self, name: &str) -> Result<Vec<f32>, CheckpointError> {
         self.inner.load_f32(self.map(name))
+    }
+}
+
+/// The fixture with one tensor multiplied by a factor.
+struct Scaled {
+    inner: Box<dyn TensorStore>,
+    name: String,
+    factor: f32,
+}
+
+impl TensorStore for Scaled {
+    fn names(&self) -> Vec<String> {
+        self.inner.names()
+    }
+    fn info(&self, name: &str) -> Option<TensorInfo> {
+        self.inner.info(name)
+    }
+    fn load_f32(&self, name: &str) -> Result<Vec<f32>, CheckpointError> {
+        let mut values = self.inner.load_f32(name)?;
+        if name == self.name {
+            values.iter_mut().for_each(|v| *v *= self.factor);
+        }
+        Ok(values)
     }
 }
 
@@ -179,6 +203,62 @@ fn swapped_kv_weights_fail_naming_the_chunk() {
         "chunk 1 is broken"
     );
     assert_eq!(report["reports"][0]["failures"][0]["at"], "chunk 1");
+}
+
+#[test]
+fn an_fp16_overflow_inside_a_chunk_is_named_by_op() {
+    // layer 1's down projection ×20000: its weights still fit fp16, its outputs do not
+    let tmp = tempfile::tempdir().unwrap();
+    let bundle = tmp.path().join("overflowing");
+    let mut checkpoint = Checkpoint::open(fixture(FIXTURE)).unwrap();
+    let inner = std::mem::replace(
+        &mut checkpoint.tensors,
+        Box::new(anemone_checkpoint::MemoryStore::new()),
+    );
+    checkpoint.tensors = Box::new(Scaled {
+        inner,
+        name: "model.layers.1.mlp.down_proj.weight".into(),
+        factor: 20000.0,
+    });
+    convert(
+        &checkpoint,
+        &bundle,
+        &options(Precision::Fp16),
+        &Uncompressed,
+        &mut |_| {},
+    )
+    .unwrap();
+    let prompts = prompts_file(tmp.path());
+    let out = anemone(&[
+        "gate",
+        bundle.to_str().unwrap(),
+        "--reference",
+        fixture(FIXTURE).to_str().unwrap(),
+        "--prompts",
+        prompts.to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "stderr:\n{}", stderr(&out));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let r = &report["reports"][0];
+    let chunks = r["chunks"].as_array().unwrap();
+    assert_eq!(
+        chunks[0]["first_non_finite_op"],
+        Value::Null,
+        "chunk 0 is finite"
+    );
+    assert_eq!(
+        chunks[1]["first_non_finite_op"], "l1_down_proj (conv)",
+        "{}",
+        chunks[1]
+    );
+    assert_eq!(chunks[1]["first_non_finite_at"], serde_json::json!([0, 0]));
+    assert_eq!(r["failures"][0]["at"], "chunk 1");
+    let message = r["failures"][0]["message"].as_str().unwrap();
+    assert!(
+        message.contains("not finite") && message.contains("op l1_down_proj (conv)"),
+        "{message}"
+    );
 }
 
 #[test]

@@ -4,7 +4,8 @@
 //! Per step it records top-1 agreement with the reference's top-1/top-2 margin (near-ties are
 //! reported apart), logits cosine, KL and max abs error; per chunk the cosine and max abs error of
 //! its output against the reference residual stream at that depth, and the largest |activation|
-//! the bundle produced there (fp16 overflow shows up as inf). Thresholds decide pass/fail; the
+//! the bundle produced there (fp16 overflow shows up as inf, and the executor names the first op
+//! inside the chunk that produced a non-finite value). Thresholds decide pass/fail; the
 //! failures are listed in pipeline order (chunks first: the first failing chunk is where the
 //! damage starts).
 
@@ -161,6 +162,11 @@ pub struct ChunkRecord {
     /// Largest |value| of the reference at that depth.
     pub reference_max_abs: f32,
     pub tokens: usize,
+    /// The first op inside the chunk whose output held inf or NaN, as `name (type)`, and the
+    /// step: `(prompt, step)`. Only a backend that sees inside packages (the executor) names
+    /// one; a non-finite value that does not reach the chunk output is reported, not failed.
+    pub first_non_finite_op: Option<String>,
+    pub first_non_finite_at: Option<(usize, usize)>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -249,6 +255,7 @@ struct ChunkAccumulator {
     max_abs_activation: f32,
     reference_max_abs: f32,
     tokens: usize,
+    first_non_finite: Option<(String, (usize, usize))>,
 }
 
 /// Checks that the reference is the model the bundle was converted from, as far as shapes go.
@@ -345,6 +352,7 @@ pub fn run_gate<B: Backend>(
             max_abs_activation: 0.0,
             reference_max_abs: 0.0,
             tokens: 0,
+            first_non_finite: None,
         })
         .collect();
     let mut steps = Vec::with_capacity(total);
@@ -367,6 +375,11 @@ pub fn run_gate<B: Backend>(
                 let want = &r.hidden_states[*depth];
                 let got = &b.chunk_outputs[c];
                 let a = &mut acc[c];
+                if a.first_non_finite.is_none() {
+                    if let Some(op) = &b.first_non_finite_ops[c] {
+                        a.first_non_finite = Some((op.clone(), (pi, step)));
+                    }
+                }
                 for t in 0..n {
                     let (g, w) = (&got[t * h..(t + 1) * h], &want[t * h..(t + 1) * h]);
                     let cos = metrics::cosine(g, w);
@@ -457,6 +470,8 @@ pub fn run_gate<B: Backend>(
             max_abs_activation: a.max_abs_activation,
             reference_max_abs: a.reference_max_abs,
             tokens: a.tokens,
+            first_non_finite_at: a.first_non_finite.as_ref().map(|(_, at)| *at),
+            first_non_finite_op: a.first_non_finite.map(|(op, _)| op),
         })
         .collect();
     let summary = summarize(&steps, &chunks);
@@ -544,8 +559,14 @@ fn failures(
             out.push(Failure {
                 at: format!("chunk {}", c.chunk),
                 message: format!(
-                    "chunk {} ({layers}) output is not finite (fp16 overflow?)",
-                    c.chunk
+                    "chunk {} ({layers}) output is not finite (fp16 overflow?){}",
+                    c.chunk,
+                    match (&c.first_non_finite_op, c.first_non_finite_at) {
+                        (Some(op), Some((prompt, step))) => format!(
+                            "; the first non-finite value came from op {op} at prompt {prompt} step {step}"
+                        ),
+                        _ => String::new(),
+                    }
                 ),
             });
         } else if c.min_cosine < options.min_chunk_cosine {

@@ -20,6 +20,15 @@ pub struct FeedTrace {
     /// Per chunk, `[ids.len(), hidden]` row-major: the chunk's output (the residual stream after
     /// its last layer) at each new position.
     pub chunk_outputs: Vec<Vec<f32>>,
+    /// Per chunk, the first op whose output held a non-finite value during this feed, as
+    /// `name (type)` (only backends that see inside a package name one).
+    pub first_non_finite_ops: Vec<Option<String>>,
+}
+
+/// What a traced feed collects per chunk while it runs its windows.
+struct ChunkTrace {
+    outputs: Vec<Vec<f32>>,
+    first_non_finite_ops: Vec<Option<String>>,
 }
 
 /// The KV states of one sequence. Feeding appends tokens; [`Session::reset`] starts over.
@@ -119,7 +128,11 @@ impl<'p, B: Backend> Session<'p, B> {
         let h = p.manifest.config.hidden_size;
         let context = p.context();
         let prefill_len = p.manifest.conversion.prefill_len;
-        let mut chunk_outputs = vec![Vec::new(); if trace { p.chunks.len() } else { 0 }];
+        let traced_chunks = if trace { p.chunks.len() } else { 0 };
+        let mut chunk_trace = ChunkTrace {
+            outputs: vec![Vec::new(); traced_chunks],
+            first_non_finite_ops: vec![None; traced_chunks],
+        };
         let mut last_hidden = Vec::new();
         let mut done = 0;
         while done < ids.len() {
@@ -139,7 +152,7 @@ impl<'p, B: Backend> Session<'p, B> {
                 t,
                 first,
                 window,
-                trace.then_some(&mut chunk_outputs),
+                trace.then_some(&mut chunk_trace),
             )?;
             last_hidden = column(&hidden, h, t, real - 1);
             done += real;
@@ -148,7 +161,8 @@ impl<'p, B: Backend> Session<'p, B> {
         let logits = self.head(&last_hidden)?;
         Ok(FeedTrace {
             logits,
-            chunk_outputs,
+            chunk_outputs: chunk_trace.outputs,
+            first_non_finite_ops: chunk_trace.first_non_finite_ops,
         })
     }
 
@@ -160,7 +174,7 @@ impl<'p, B: Backend> Session<'p, B> {
         t: usize,
         first: usize,
         window: &[u32],
-        mut trace: Option<&mut Vec<Vec<f32>>>,
+        mut trace: Option<&mut ChunkTrace>,
     ) -> Result<Vec<f32>, PipelineError> {
         let p = self.pipeline;
         let config = &p.manifest.config;
@@ -207,15 +221,16 @@ impl<'p, B: Backend> Session<'p, B> {
                 names::HIDDEN_IN.into(),
                 input(names::HIDDEN_IN, dtype, vec![1, h, 1, t], hidden)?,
             );
-            let mut outputs = p
-                .backend
-                .predict(
-                    &chunk.package,
-                    function,
-                    &inputs,
-                    &mut self.chunk_states[index],
-                )
-                .map_err(|e| backend_error(&p.backend, &chunk.path, function, e))?;
+            let state = &mut self.chunk_states[index];
+            let (mut outputs, first_non_finite) = if trace.is_some() {
+                p.backend
+                    .predict_checked(&chunk.package, function, &inputs, state)
+            } else {
+                p.backend
+                    .predict(&chunk.package, function, &inputs, state)
+                    .map(|outputs| (outputs, None))
+            }
+            .map_err(|e| backend_error(&p.backend, &chunk.path, function, e))?;
             let out = take_output(
                 &mut outputs,
                 &chunk.path,
@@ -225,7 +240,11 @@ impl<'p, B: Backend> Session<'p, B> {
             )?;
             if let Some(trace) = trace.as_deref_mut() {
                 for col in 0..window.len() {
-                    trace[index].extend(column(&out, h, t, col));
+                    trace.outputs[index].extend(column(&out, h, t, col));
+                }
+                let first = &mut trace.first_non_finite_ops[index];
+                if first.is_none() {
+                    *first = first_non_finite;
                 }
             }
             hidden = out;
