@@ -488,3 +488,95 @@ impl TensorSignature {
         TensorType::new(self.dtype, self.shape.clone())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use anemone_checkpoint::Architecture;
+
+    fn qwen2_like(head_dim: usize, rope_theta: f64) -> DecoderConfig {
+        DecoderConfig {
+            architecture: Architecture::Qwen2,
+            hidden_size: 2 * head_dim,
+            intermediate_size: 4 * head_dim,
+            num_hidden_layers: 1,
+            num_attention_heads: 2,
+            num_key_value_heads: 2,
+            head_dim,
+            vocab_size: 16,
+            rope_theta,
+            rms_norm_eps: 1e-6,
+            tie_word_embeddings: false,
+            attention_bias: true,
+            qk_norm: false,
+            max_position_embeddings: 4096,
+            bos_token_id: None,
+            eos_token_ids: vec![],
+        }
+    }
+
+    /// `b` rotated to position `p` pair by pair (dims `i` and `i + D/2` by `p·θ_i`), in f64.
+    fn rotate(b: &[f32], p: usize, theta: f64) -> Vec<f64> {
+        let d = b.len();
+        let mut out = vec![0f64; d];
+        for i in 0..d / 2 {
+            let angle = p as f64 * theta.powf(-2.0 * i as f64 / d as f64);
+            let (x, y) = (b[i] as f64, b[i + d / 2] as f64);
+            out[i] = x * angle.cos() - y * angle.sin();
+            out[i + d / 2] = y * angle.cos() + x * angle.sin();
+        }
+        out
+    }
+
+    #[test]
+    fn key_center_is_the_rotated_bias_averaged_over_the_context() {
+        let (d, context, theta) = (16, 64, 1e4);
+        let config = qwen2_like(d, theta);
+        let bias: Vec<f32> = (0..2 * d)
+            .map(|i| ((i * 7 % 11) as f32 - 5.0) * 3.0)
+            .collect();
+        let center = key_center(&config, context, &bias);
+        for (head, (b, c)) in bias.chunks(d).zip(center.chunks(d)).enumerate() {
+            let mut mean = vec![0f64; d];
+            for p in 0..context {
+                for (m, r) in mean.iter_mut().zip(rotate(b, p, theta)) {
+                    *m += r / context as f64;
+                }
+            }
+            for (r, (&got, want)) in c.iter().zip(&mean).enumerate() {
+                assert!(
+                    (got as f64 - want).abs() < 1e-4 * (1.0 + want.abs()),
+                    "head {head} dim {r}: {got} vs {want}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_low_frequency_bias_is_almost_removed_by_centering() {
+        // Qwen2.5-like: the K bias sits in the lowest-frequency RoPE pair, θ = 1e6
+        let (d, context) = (64, 512);
+        let config = qwen2_like(d, 1e6);
+        let mut bias = vec![0f32; 2 * d];
+        for head in 0..2 {
+            bias[head * d + d / 2 - 1] = 150.0;
+            bias[head * d + d - 1] = -90.0;
+        }
+        let center = key_center(&config, context, &bias);
+        let norm = |v: &[f64]| v.iter().map(|x| x * x).sum::<f64>().sqrt();
+        for (b, c) in bias.chunks(d).zip(center.chunks(d)) {
+            let worst = (0..context)
+                .map(|p| {
+                    let r = rotate(b, p, 1e6);
+                    let left: Vec<f64> = r.iter().zip(c).map(|(r, &c)| r - c as f64).collect();
+                    norm(&left)
+                })
+                .fold(0f64, f64::max);
+            let size = norm(&b.iter().map(|&x| x as f64).collect::<Vec<_>>());
+            assert!(
+                worst < 0.01 * size,
+                "what centering leaves, {worst:.3}, is not ≪ |b| = {size:.1}"
+            );
+        }
+    }
+}

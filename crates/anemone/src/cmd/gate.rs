@@ -262,14 +262,17 @@ fn print_report(r: &GateReport) {
     println!("  chunk  layers   min cos     mean cos    max |err|  max |act|  ref max |act|");
     for c in &r.chunks {
         println!(
-            "  {:>5}  {:>6}  {:<10.7}  {:<10.7}  {:>9.4}  {:>9.2}  {:>9.2}",
+            "  {:>5}  {:>6}  {:<10.7}  {:<10.7}  {:>9.4}  {:>9.2}  {:>9.2}{}",
             c.chunk,
             format!("{}..{}", c.first_layer, c.first_layer + c.layer_count),
             c.min_cosine,
             c.mean_cosine,
             c.max_abs_error,
             c.max_abs_activation,
-            c.reference_max_abs
+            c.reference_max_abs,
+            c.first_non_finite_op
+                .as_deref()
+                .map_or(String::new(), |op| format!("  first non-finite: {op}"))
         );
     }
     for f in &r.failures {
