@@ -90,19 +90,23 @@ impl TensorStore for Scaled {
     }
 }
 
-fn write_bundle(out: &Path, precision: Precision, swap_kv_of_layer: Option<usize>) {
+/// The fixture's tensors as they are.
+fn intact(tensors: Box<dyn TensorStore>) -> Box<dyn TensorStore> {
+    tensors
+}
+
+/// Converts the fixture with its tensors seen through `tamper`.
+fn write_bundle(
+    out: &Path,
+    precision: Precision,
+    tamper: impl FnOnce(Box<dyn TensorStore>) -> Box<dyn TensorStore>,
+) {
     let mut checkpoint = Checkpoint::open(fixture(FIXTURE)).unwrap();
-    if let Some(layer) = swap_kv_of_layer {
-        let inner = std::mem::replace(
-            &mut checkpoint.tensors,
-            Box::new(anemone_checkpoint::MemoryStore::new()),
-        );
-        checkpoint.tensors = Box::new(Swapped {
-            inner,
-            a: format!("model.layers.{layer}.self_attn.k_proj.weight"),
-            b: format!("model.layers.{layer}.self_attn.v_proj.weight"),
-        });
-    }
+    let tensors = std::mem::replace(
+        &mut checkpoint.tensors,
+        Box::new(anemone_checkpoint::MemoryStore::new()),
+    );
+    checkpoint.tensors = tamper(tensors);
     convert(
         &checkpoint,
         out,
@@ -111,6 +115,22 @@ fn write_bundle(out: &Path, precision: Precision, swap_kv_of_layer: Option<usize
         &mut |_| {},
     )
     .unwrap();
+}
+
+/// `anemone gate BUNDLES… --reference <fixture> --prompts <prompts_file> EXTRA…`.
+fn gate_on_fixture_prompts(bundles: &[&Path], tmp: &Path, extra: &[&str]) -> Output {
+    let prompts = prompts_file(tmp);
+    let reference = fixture(FIXTURE);
+    let mut args = vec!["gate"];
+    args.extend(bundles.iter().map(|b| b.to_str().unwrap()));
+    args.extend([
+        "--reference",
+        reference.to_str().unwrap(),
+        "--prompts",
+        prompts.to_str().unwrap(),
+    ]);
+    args.extend_from_slice(extra);
+    anemone(&args)
 }
 
 fn prompts_file(dir: &Path) -> PathBuf {
@@ -130,20 +150,8 @@ fn prompts_file(dir: &Path) -> PathBuf {
 fn fp32_bundle_passes_and_reports_every_step_and_chunk() {
     let tmp = tempfile::tempdir().unwrap();
     let bundle = tmp.path().join("fp32");
-    write_bundle(&bundle, Precision::Fp32, None);
-    let prompts = prompts_file(tmp.path());
-    let reference = fixture(FIXTURE);
-    let out = anemone(&[
-        "gate",
-        bundle.to_str().unwrap(),
-        "--reference",
-        reference.to_str().unwrap(),
-        "--prompts",
-        prompts.to_str().unwrap(),
-        "--steps",
-        "6",
-        "--json",
-    ]);
+    write_bundle(&bundle, Precision::Fp32, intact);
+    let out = gate_on_fixture_prompts(&[&bundle], tmp.path(), &["--steps", "6", "--json"]);
     assert!(out.status.success(), "gate failed:\n{}", stderr(&out));
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["passed"], true);
@@ -155,7 +163,8 @@ fn fp32_bundle_passes_and_reports_every_step_and_chunk() {
     assert!(r["summary"]["min_chunk_cosine"].as_f64().unwrap() > 0.999_999);
     // the path is the reference's greedy one: the fixture's greedy ids
     let oracle: Value =
-        serde_json::from_slice(&std::fs::read(reference.join("oracle.json")).unwrap()).unwrap();
+        serde_json::from_slice(&std::fs::read(fixture(FIXTURE).join("oracle.json")).unwrap())
+            .unwrap();
     let greedy: Vec<u64> = oracle["greedy_ids"]
         .as_array()
         .unwrap()
@@ -173,19 +182,14 @@ fn fp32_bundle_passes_and_reports_every_step_and_chunk() {
 fn swapped_kv_weights_fail_naming_the_chunk() {
     let tmp = tempfile::tempdir().unwrap();
     let bundle = tmp.path().join("broken");
-    write_bundle(&bundle, Precision::Fp32, Some(1));
-    let prompts = prompts_file(tmp.path());
-    let json = tmp.path().join("report.json");
-    let out = anemone(&[
-        "gate",
-        bundle.to_str().unwrap(),
-        "--reference",
-        fixture(FIXTURE).to_str().unwrap(),
-        "--prompts",
-        prompts.to_str().unwrap(),
-        "--json",
-    ]);
-    std::fs::write(&json, &out.stdout).unwrap();
+    write_bundle(&bundle, Precision::Fp32, |inner| {
+        Box::new(Swapped {
+            inner,
+            a: "model.layers.1.self_attn.k_proj.weight".into(),
+            b: "model.layers.1.self_attn.v_proj.weight".into(),
+        })
+    });
+    let out = gate_on_fixture_prompts(&[&bundle], tmp.path(), &["--json"]);
     assert_eq!(out.status.code(), Some(1), "stderr:\n{}", stderr(&out));
     let err = stderr(&out);
     assert!(
@@ -210,34 +214,14 @@ fn an_fp16_overflow_inside_a_chunk_is_named_by_op() {
     // layer 1's down projection ×20000: its weights still fit fp16, its outputs do not
     let tmp = tempfile::tempdir().unwrap();
     let bundle = tmp.path().join("overflowing");
-    let mut checkpoint = Checkpoint::open(fixture(FIXTURE)).unwrap();
-    let inner = std::mem::replace(
-        &mut checkpoint.tensors,
-        Box::new(anemone_checkpoint::MemoryStore::new()),
-    );
-    checkpoint.tensors = Box::new(Scaled {
-        inner,
-        name: "model.layers.1.mlp.down_proj.weight".into(),
-        factor: 20000.0,
+    write_bundle(&bundle, Precision::Fp16, |inner| {
+        Box::new(Scaled {
+            inner,
+            name: "model.layers.1.mlp.down_proj.weight".into(),
+            factor: 20000.0,
+        })
     });
-    convert(
-        &checkpoint,
-        &bundle,
-        &options(Precision::Fp16),
-        &Uncompressed,
-        &mut |_| {},
-    )
-    .unwrap();
-    let prompts = prompts_file(tmp.path());
-    let out = anemone(&[
-        "gate",
-        bundle.to_str().unwrap(),
-        "--reference",
-        fixture(FIXTURE).to_str().unwrap(),
-        "--prompts",
-        prompts.to_str().unwrap(),
-        "--json",
-    ]);
+    let out = gate_on_fixture_prompts(&[&bundle], tmp.path(), &["--json"]);
     assert_eq!(out.status.code(), Some(1), "stderr:\n{}", stderr(&out));
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     let r = &report["reports"][0];
@@ -265,20 +249,13 @@ fn an_fp16_overflow_inside_a_chunk_is_named_by_op() {
 fn modified_bundle_is_refused_by_its_hashes() {
     let tmp = tempfile::tempdir().unwrap();
     let bundle = tmp.path().join("b");
-    write_bundle(&bundle, Precision::Fp32, None);
+    write_bundle(&bundle, Precision::Fp32, intact);
     let host = bundle.join("host.safetensors");
     let mut bytes = std::fs::read(&host).unwrap();
     let last = bytes.len() - 1;
     bytes[last] ^= 0x40;
     std::fs::write(&host, bytes).unwrap();
-    let out = anemone(&[
-        "gate",
-        bundle.to_str().unwrap(),
-        "--reference",
-        fixture(FIXTURE).to_str().unwrap(),
-        "--prompts",
-        prompts_file(tmp.path()).to_str().unwrap(),
-    ]);
+    let out = gate_on_fixture_prompts(&[&bundle], tmp.path(), &[]);
     assert_eq!(out.status.code(), Some(1));
     let err = stderr(&out);
     assert!(
@@ -291,17 +268,8 @@ fn modified_bundle_is_refused_by_its_hashes() {
 fn steps_beyond_the_context_are_an_error() {
     let tmp = tempfile::tempdir().unwrap();
     let bundle = tmp.path().join("b");
-    write_bundle(&bundle, Precision::Fp32, None);
-    let out = anemone(&[
-        "gate",
-        bundle.to_str().unwrap(),
-        "--reference",
-        fixture(FIXTURE).to_str().unwrap(),
-        "--prompts",
-        prompts_file(tmp.path()).to_str().unwrap(),
-        "--steps",
-        "60",
-    ]);
+    write_bundle(&bundle, Precision::Fp32, intact);
+    let out = gate_on_fixture_prompts(&[&bundle], tmp.path(), &["--steps", "60"]);
     assert_eq!(out.status.code(), Some(1));
     let err = stderr(&out);
     assert!(err.contains("beyond the bundle's context of 64"), "{err}");
@@ -311,30 +279,27 @@ fn steps_beyond_the_context_are_an_error() {
 fn variants_share_one_report_and_one_plot() {
     let tmp = tempfile::tempdir().unwrap();
     let (b32, b16) = (tmp.path().join("b32"), tmp.path().join("b16"));
-    write_bundle(&b32, Precision::Fp32, None);
-    write_bundle(&b16, Precision::Fp16, None);
+    write_bundle(&b32, Precision::Fp32, intact);
+    write_bundle(&b16, Precision::Fp16, intact);
     let plot = tmp.path().join("depth.svg");
-    let out = anemone(&[
-        "gate",
-        b32.to_str().unwrap(),
-        b16.to_str().unwrap(),
-        "--reference",
-        fixture(FIXTURE).to_str().unwrap(),
-        "--prompts",
-        prompts_file(tmp.path()).to_str().unwrap(),
-        "--precision",
-        "fp16,fp32",
-        // random-init weights are not fp16-friendly; this test is about the report's shape
-        "--min-top1",
-        "0",
-        "--min-cosine",
-        "0",
-        "--min-chunk-cosine",
-        "0",
-        "--json",
-        "--plot",
-        plot.to_str().unwrap(),
-    ]);
+    let out = gate_on_fixture_prompts(
+        &[&b32, &b16],
+        tmp.path(),
+        &[
+            "--precision",
+            "fp16,fp32",
+            // random-init weights are not fp16-friendly; this test is about the report's shape
+            "--min-top1",
+            "0",
+            "--min-cosine",
+            "0",
+            "--min-chunk-cosine",
+            "0",
+            "--json",
+            "--plot",
+            plot.to_str().unwrap(),
+        ],
+    );
     assert!(out.status.success(), "{}", stderr(&out));
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     let reports = report["reports"].as_array().unwrap();
