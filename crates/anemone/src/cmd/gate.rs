@@ -17,7 +17,8 @@ use clap::Args;
 /// prompt file's force_ids) so one flip does not cascade. Per step: top-1 agreement with the
 /// reference's top-1/top-2 margin (steps under --near-tie are reported apart), logits cosine, KL,
 /// max abs error. Per chunk: cosine and max abs error of its output against the reference's
-/// residual stream at that depth, and the largest |activation| (fp16 overflow shows as inf).
+/// residual stream at that depth, and the largest |activation| (fp16 overflow shows as inf; the
+/// executor also names the first op inside the chunk that produced inf or NaN).
 /// Exit status 1 names the first failing chunk or step.
 ///
 /// Examples:
