@@ -1,20 +1,25 @@
 #!/usr/bin/env bash
-# Runs anemone's whole test suite on a fresh machine: installs what the tests need (coremltools for
-# the package validator), fetches the real models, then runs every test of the workspace.
+# Runs anemone's whole test suite on a fresh machine: makes .venv with the Python tools the tests
+# use (coremltools for tools/validate_mlpackage.py; no PyTorch), fetches the real models, then runs
+# every test of the workspace, reporting every failure (--no-fail-fast).
+#
+# Environment: ANEMONE_PYTHON (a python with coremltools, instead of .venv), ANEMONE_MODELS
+# (default models/), extra arguments go to `cargo test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! python3 -c 'import coremltools' >/dev/null 2>&1; then
-  echo "test.sh: installing coremltools (package validator)"
-  python3 -m pip install --quiet coremltools "numpy<2.4"
+if [ -z "${ANEMONE_PYTHON:-}" ]; then
+  if [ ! -x .venv/bin/python ]; then
+    echo "test.sh: making .venv (Python tools for the tests)"
+    python3 -m venv .venv
+  fi
+  if ! .venv/bin/python -c 'import coremltools' >/dev/null 2>&1; then
+    echo "test.sh: installing coremltools into .venv (package validator)"
+    .venv/bin/python -m pip install --quiet coremltools "numpy<2.4"
+  fi
+  export ANEMONE_PYTHON="$PWD/.venv/bin/python"
 fi
 scripts/fetch-models.sh models
-
-if [ -z "${ANEMONE_VALIDATOR:-}" ]; then
-  for candidate in ../shared/tools/validate_mlpackage.py shared/tools/validate_mlpackage.py; do
-    if [ -f "$candidate" ]; then export ANEMONE_VALIDATOR="$(cd "$(dirname "$candidate")" && pwd)/$(basename "$candidate")"; break; fi
-  done
-fi
 export ANEMONE_MODELS="${ANEMONE_MODELS:-$PWD/models}"
 
-cargo test --workspace --all-targets "$@"
+cargo test --workspace --all-targets --no-fail-fast "$@"

@@ -1,0 +1,18 @@
+//! Test helpers shared by the workspace's test suites (unpublished): where the fixtures, real
+//! models and package validator are, golden files blessed with `ANEMONE_BLESS=1`, and numeric
+//! comparisons in named tolerance tiers whose failures name the worst element.
+//!
+//! Every helper panics with a message that says what to do (fetch the models, install the
+//! validator, bless a golden): these run only inside tests.
+
+pub mod golden;
+pub mod numeric;
+pub mod oracle;
+pub mod paths;
+pub mod validator;
+
+pub use golden::assert_golden;
+pub use numeric::{assert_close, cosine, worst, Tier};
+pub use oracle::{oracle_fixtures, OracleFixture};
+pub use paths::{model, models_dir, oracle_root, real_fixture, repo_root};
+pub use validator::{python, validate_package};
