@@ -46,6 +46,7 @@ mod op;
 mod package;
 mod print;
 mod program;
+pub mod staging;
 mod tensor;
 mod types;
 mod verify;
