@@ -126,32 +126,10 @@ fn load_checked(
     Ok(data)
 }
 
-/// Checks the config's internal consistency before any weight is read.
+/// Checks the config's internal consistency ([`DecoderConfig::validate`]) before any weight is
+/// read.
 pub fn check_config(config: &DecoderConfig) -> Result<(), ForwardError> {
-    let bad = |problem: String| Err(ForwardError::Config { problem });
-    if config.num_attention_heads == 0 || config.num_key_value_heads == 0 {
-        return bad("attention and key/value head counts must be positive".into());
-    }
-    if !config
-        .num_attention_heads
-        .is_multiple_of(config.num_key_value_heads)
-    {
-        return bad(format!(
-            "num_attention_heads {} is not a multiple of num_key_value_heads {}",
-            config.num_attention_heads, config.num_key_value_heads
-        ));
-    }
-    if config.head_dim == 0 || !config.head_dim.is_multiple_of(2) {
-        return bad(format!(
-            "head_dim {} must be positive and even (RoPE rotates halves)",
-            config.head_dim
-        ));
-    }
-    if config.hidden_size == 0 || config.vocab_size == 0 || config.intermediate_size == 0 {
-        return bad("hidden_size, intermediate_size and vocab_size must be positive".into());
-    }
-    if config.rope_theta.is_nan() || config.rope_theta <= 0.0 {
-        return bad(format!("rope_theta {} must be positive", config.rope_theta));
-    }
-    Ok(())
+    config
+        .validate()
+        .map_err(|e| ForwardError::Config { problem: e.problem })
 }
