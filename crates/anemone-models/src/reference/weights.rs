@@ -5,6 +5,7 @@
 //! weights; the math is exactly the separate projections'.
 
 use super::ForwardError;
+use crate::families::decoder::tensor_names::{self, EMBED_TOKENS, FINAL_NORM, LM_HEAD};
 use anemone_checkpoint::{Checkpoint, DecoderConfig};
 
 pub struct LayerWeights {
@@ -49,16 +50,16 @@ impl Weights {
             config.intermediate_size,
             config.head_dim,
         );
-        let embed_tokens = load("model.embed_tokens.weight".into(), &[config.vocab_size, h])?;
+        let embed_tokens = load(EMBED_TOKENS.into(), &[config.vocab_size, h])?;
         let lm_head = if config.tie_word_embeddings {
             None
         } else {
-            Some(load("lm_head.weight".into(), &[config.vocab_size, h])?)
+            Some(load(LM_HEAD.into(), &[config.vocab_size, h])?)
         };
-        let final_norm = load("model.norm.weight".into(), &[h])?;
+        let final_norm = load(FINAL_NORM.into(), &[h])?;
         let mut layers = Vec::with_capacity(config.num_hidden_layers);
         for i in 0..config.num_hidden_layers {
-            let name = |s: &str| format!("model.layers.{i}.{s}");
+            let name = |s: &str| tensor_names::layer(i, s);
             let mut qkv = load(name("self_attn.q_proj.weight"), &[q, h])?;
             qkv.extend(load(name("self_attn.k_proj.weight"), &[kv, h])?);
             qkv.extend(load(name("self_attn.v_proj.weight"), &[kv, h])?);

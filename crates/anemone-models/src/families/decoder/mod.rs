@@ -9,6 +9,21 @@ pub mod hf_config;
 
 use anemone_checkpoint::DecoderConfig;
 
+/// The Hugging Face tensor names of the decoder layout, which the loaders (reference weights,
+/// ANE layer weights, LM head, host file) and [`expected_tensors`] share.
+pub mod tensor_names {
+    pub const EMBED_TOKENS: &str = "model.embed_tokens.weight";
+    pub const FINAL_NORM: &str = "model.norm.weight";
+    pub const LM_HEAD: &str = "lm_head.weight";
+
+    /// `model.layers.{layer}.{suffix}` (`suffix` like `self_attn.q_proj.weight`).
+    pub fn layer(layer: usize, suffix: &str) -> String {
+        format!("model.layers.{layer}.{suffix}")
+    }
+}
+
+use tensor_names::{EMBED_TOKENS, FINAL_NORM, LM_HEAD};
+
 /// Every tensor a decoder config implies, with its Hugging Face name and shape.
 pub fn expected_tensors(config: &DecoderConfig) -> Vec<(String, Vec<usize>)> {
     let (h, i, q, kv) = (
@@ -18,17 +33,14 @@ pub fn expected_tensors(config: &DecoderConfig) -> Vec<(String, Vec<usize>)> {
         config.kv_dim(),
     );
     let mut out = vec![
-        (
-            "model.embed_tokens.weight".to_string(),
-            vec![config.vocab_size, h],
-        ),
-        ("model.norm.weight".to_string(), vec![h]),
+        (EMBED_TOKENS.to_string(), vec![config.vocab_size, h]),
+        (FINAL_NORM.to_string(), vec![h]),
     ];
     if !config.tie_word_embeddings {
-        out.push(("lm_head.weight".to_string(), vec![config.vocab_size, h]));
+        out.push((LM_HEAD.to_string(), vec![config.vocab_size, h]));
     }
     for layer in 0..config.num_hidden_layers {
-        let p = |s: &str| format!("model.layers.{layer}.{s}");
+        let p = |s: &str| tensor_names::layer(layer, s);
         out.push((p("input_layernorm.weight"), vec![h]));
         out.push((p("post_attention_layernorm.weight"), vec![h]));
         out.push((p("self_attn.q_proj.weight"), vec![q, h]));
