@@ -1,34 +1,40 @@
-//! The decoder configuration shared by Llama, Qwen2 and Qwen3, and the tensors it implies.
+//! The decoder configuration shared by the decoder families (Llama, Qwen2, Qwen3), and the one
+//! check of its internal consistency every consumer relies on.
+//!
+//! Which families exist, how each maps `config.json` / GGUF metadata onto this struct and which
+//! tensors it implies is the business of `anemone_models::families` (see docs/ARCHITECTURE.md).
 
 use serde::{Deserialize, Serialize};
 
-/// The decoder families anemone supports. They differ only in the flags of [`DecoderConfig`]:
-/// Qwen2 adds Q/K/V biases, Qwen3 adds per-head RMS norms on Q and K and an explicit `head_dim`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Architecture {
-    Llama,
-    Qwen2,
-    Qwen3,
-}
+/// The name of the model family a config belongs to (`llama`, `qwen2`, `qwen3`), as bundle
+/// manifests record it. The families themselves, and so the list of known names, live in
+/// `anemone_models::families`; a name read back from a manifest is checked against that list.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Architecture(String);
 
 impl Architecture {
-    pub fn parse(name: &str) -> Option<Self> {
-        match name.to_ascii_lowercase().as_str() {
-            "llama" | "llamaforcausallm" | "mistral" | "mistralforcausallm" => Some(Self::Llama),
-            "qwen2" | "qwen2forcausallm" => Some(Self::Qwen2),
-            "qwen3" | "qwen3forcausallm" => Some(Self::Qwen3),
-            _ => None,
-        }
+    pub fn new(name: impl Into<String>) -> Self {
+        Self(name.into())
     }
 
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Llama => "llama",
-            Self::Qwen2 => "qwen2",
-            Self::Qwen3 => "qwen3",
-        }
+    pub fn name(&self) -> &str {
+        &self.0
     }
+}
+
+impl std::fmt::Display for Architecture {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A config whose numbers contradict each other (zero sizes, head counts that do not divide, an
+/// odd head size, a non-positive RoPE base).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("decoder config: {problem}")]
+pub struct InvalidConfig {
+    pub problem: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -69,45 +75,38 @@ impl DecoderConfig {
         self.num_attention_heads / self.num_key_value_heads
     }
 
-    /// Every tensor this config implies, with its Hugging Face name and shape.
-    pub fn expected_tensors(&self) -> Vec<(String, Vec<usize>)> {
-        let (h, i, q, kv) = (
-            self.hidden_size,
-            self.intermediate_size,
-            self.q_dim(),
-            self.kv_dim(),
-        );
-        let mut out = vec![
-            (
-                "model.embed_tokens.weight".to_string(),
-                vec![self.vocab_size, h],
-            ),
-            ("model.norm.weight".to_string(), vec![h]),
-        ];
-        if !self.tie_word_embeddings {
-            out.push(("lm_head.weight".to_string(), vec![self.vocab_size, h]));
+    /// The internal consistency every consumer (checkpoint import, reference forward, converter)
+    /// relies on: positive sizes, K/V heads dividing the query heads, an even head size (RoPE
+    /// rotates halves) and a positive finite RoPE base.
+    pub fn validate(&self) -> Result<(), InvalidConfig> {
+        let bad = |problem: String| Err(InvalidConfig { problem });
+        if self.num_attention_heads == 0 || self.num_key_value_heads == 0 {
+            return bad("attention and key/value head counts must be positive".into());
         }
-        for layer in 0..self.num_hidden_layers {
-            let p = |s: &str| format!("model.layers.{layer}.{s}");
-            out.push((p("input_layernorm.weight"), vec![h]));
-            out.push((p("post_attention_layernorm.weight"), vec![h]));
-            out.push((p("self_attn.q_proj.weight"), vec![q, h]));
-            out.push((p("self_attn.k_proj.weight"), vec![kv, h]));
-            out.push((p("self_attn.v_proj.weight"), vec![kv, h]));
-            out.push((p("self_attn.o_proj.weight"), vec![h, q]));
-            if self.attention_bias {
-                out.push((p("self_attn.q_proj.bias"), vec![q]));
-                out.push((p("self_attn.k_proj.bias"), vec![kv]));
-                out.push((p("self_attn.v_proj.bias"), vec![kv]));
-            }
-            if self.qk_norm {
-                out.push((p("self_attn.q_norm.weight"), vec![self.head_dim]));
-                out.push((p("self_attn.k_norm.weight"), vec![self.head_dim]));
-            }
-            out.push((p("mlp.gate_proj.weight"), vec![i, h]));
-            out.push((p("mlp.up_proj.weight"), vec![i, h]));
-            out.push((p("mlp.down_proj.weight"), vec![h, i]));
+        if !self
+            .num_attention_heads
+            .is_multiple_of(self.num_key_value_heads)
+        {
+            return bad(format!(
+                "num_attention_heads {} is not a multiple of num_key_value_heads {}",
+                self.num_attention_heads, self.num_key_value_heads
+            ));
         }
-        out
+        if self.head_dim == 0 || !self.head_dim.is_multiple_of(2) {
+            return bad(format!(
+                "head_dim {} must be positive and even (RoPE rotates halves)",
+                self.head_dim
+            ));
+        }
+        if self.num_hidden_layers == 0 {
+            return bad("the model has no layers".into());
+        }
+        if self.hidden_size == 0 || self.vocab_size == 0 || self.intermediate_size == 0 {
+            return bad("hidden_size, intermediate_size and vocab_size must be positive".into());
+        }
+        if !(self.rope_theta.is_finite() && self.rope_theta > 0.0) {
+            return bad(format!("rope_theta {} must be positive", self.rope_theta));
+        }
+        Ok(())
     }
 }

@@ -28,8 +28,11 @@ pub enum CheckpointError {
         field: String,
         problem: String,
     },
-    #[error("unsupported architecture `{arch}` (supported: llama, qwen2, qwen3)")]
-    UnknownArchitecture { arch: String },
+    /// `known` lists the names the registry of families accepts for this source.
+    #[error("unsupported architecture `{arch}` (supported: {known})")]
+    UnknownArchitecture { arch: String, known: String },
+    #[error(transparent)]
+    Config(#[from] crate::config::InvalidConfig),
     #[error("{path}: corrupt {format} file: {problem}")]
     Corrupt {
         path: PathBuf,

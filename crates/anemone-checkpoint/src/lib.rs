@@ -1,5 +1,11 @@
-//! Checkpoint import: Hugging Face directories and GGUF files become one [`Checkpoint`] — a decoder
-//! config, lazily loaded tensors under Hugging Face names, and the tokenizer with its chat template.
+//! Checkpoint containers: Hugging Face directories (config.json, safetensors, tokenizer files) and
+//! GGUF files (metadata, dequantizers, embedded tokenizer), and the [`Checkpoint`] they become — a
+//! decoder config, lazily loaded tensors under Hugging Face names, and the tokenizer with its chat
+//! template.
+//!
+//! What a model family makes of a container (its config keys and defaults, its tensor names) is
+//! not here: `anemone_models::families` resolves the family and opens checkpoints through this
+//! crate's readers (see docs/ARCHITECTURE.md).
 
 pub mod config;
 pub mod error;
@@ -8,7 +14,7 @@ pub mod hf;
 pub mod store;
 pub mod tokenizer;
 
-pub use config::{Architecture, DecoderConfig};
+pub use config::{Architecture, DecoderConfig, InvalidConfig};
 pub use error::{CheckpointError, Result};
 pub use store::{MemoryStore, TensorInfo, TensorStore};
 pub use tokenizer::TokenizerBundle;
@@ -25,10 +31,11 @@ pub struct SourceFile {
 
 /// An imported checkpoint: everything the reference forward and the converter need.
 ///
-/// Invariant: every tensor the config implies exists in `tensors` under its Hugging Face name
-/// (`model.embed_tokens.weight`, `model.layers.{i}.self_attn.q_proj.weight`, …) with the
-/// Hugging Face shape (`[out_features, in_features]` for projections), already validated by
-/// [`Checkpoint::validate`]. `lm_head.weight` is absent when embeddings are tied.
+/// Invariant (for checkpoints opened by `anemone_models::open_checkpoint`): every tensor the config
+/// implies exists in `tensors` under its Hugging Face name (`model.embed_tokens.weight`,
+/// `model.layers.{i}.self_attn.q_proj.weight`, …) with the Hugging Face shape
+/// (`[out_features, in_features]` for projections), checked by [`Checkpoint::check_tensors`]
+/// against the family's list. `lm_head.weight` is absent when embeddings are tied.
 pub struct Checkpoint {
     pub config: DecoderConfig,
     pub tensors: Box<dyn TensorStore>,
@@ -49,31 +56,17 @@ impl std::fmt::Debug for Checkpoint {
 }
 
 impl Checkpoint {
-    /// Opens a Hugging Face directory or a `.gguf` file, chosen by what `path` is.
-    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
-        let path = path.as_ref();
-        if path.is_dir() {
-            hf::open_dir(path)
-        } else if path.is_file() {
-            gguf::open_file(path)
-        } else {
-            Err(CheckpointError::NotFound {
-                path: path.to_path_buf(),
-            })
-        }
-    }
-
-    /// Checks that every tensor the config implies exists with the shape the config implies.
-    pub fn validate(&self) -> Result<()> {
-        for (name, shape) in self.config.expected_tensors() {
+    /// Checks that every `(name, shape)` of `expected` exists in `tensors` with that shape.
+    pub fn check_tensors(&self, expected: &[(String, Vec<usize>)]) -> Result<()> {
+        for (name, shape) in expected {
             let info = self
                 .tensors
-                .info(&name)
+                .info(name)
                 .ok_or_else(|| CheckpointError::MissingTensor { name: name.clone() })?;
-            if info.shape != shape {
+            if info.shape != *shape {
                 return Err(CheckpointError::ShapeMismatch {
-                    name,
-                    expected: shape,
+                    name: name.clone(),
+                    expected: shape.clone(),
                     found: info.shape,
                 });
             }

@@ -24,13 +24,13 @@ fn valid() -> (Vec<u8>, Layout) {
 
 fn open_bytes(bytes: &[u8]) -> Result<Checkpoint, CheckpointError> {
     let path = write_temp(bytes);
-    Checkpoint::open(&path)
+    anemone_models::open_checkpoint(&path)
 }
 
 /// Asserts a `Corrupt` error whose message contains `needle`, and that it names the file.
 fn expect_corrupt(bytes: &[u8], needle: &str) {
     let path = write_temp(bytes);
-    match Checkpoint::open(&path) {
+    match anemone_models::open_checkpoint(&path) {
         Err(e @ CheckpointError::Corrupt { .. }) => {
             let msg = e.to_string();
             assert!(msg.contains(needle), "message {msg:?} lacks {needle:?}");

@@ -28,14 +28,14 @@ fn model(file: &str) -> PathBuf {
 }
 
 fn open(file: &str) -> Checkpoint {
-    Checkpoint::open(model(file)).unwrap_or_else(|e| panic!("opening {file}: {e}"))
+    anemone_models::open_checkpoint(model(file)).unwrap_or_else(|e| panic!("opening {file}: {e}"))
 }
 
 #[test]
 fn smollm2_config() {
     let ckpt = open(SMOLLM);
     let c = &ckpt.config;
-    assert_eq!(c.architecture, Architecture::Llama);
+    assert_eq!(c.architecture, Architecture::new("llama"));
     assert_eq!(
         (c.hidden_size, c.intermediate_size, c.num_hidden_layers),
         (576, 1536, 30)
@@ -52,7 +52,7 @@ fn smollm2_config() {
     assert_eq!(c.bos_token_id, Some(1));
     // EOS = <|im_end|> (2), then <|endoftext|> (0), which llama.cpp also stops on.
     assert_eq!(c.eos_token_ids, vec![2, 0]);
-    ckpt.validate().unwrap();
+    anemone_models::validate_checkpoint(&ckpt).unwrap();
     assert_eq!(ckpt.tensors.names().len(), 272);
     assert!(ckpt.tensors.info("lm_head.weight").is_none());
     let tok = ckpt.tokenizer.as_ref().expect("tokenizer");
@@ -70,7 +70,7 @@ fn smollm2_config() {
 fn qwen2_5_config() {
     let ckpt = open(QWEN);
     let c = &ckpt.config;
-    assert_eq!(c.architecture, Architecture::Qwen2);
+    assert_eq!(c.architecture, Architecture::new("qwen2"));
     assert_eq!(
         (c.hidden_size, c.intermediate_size, c.num_hidden_layers),
         (896, 4864, 24)
@@ -87,7 +87,7 @@ fn qwen2_5_config() {
     assert_eq!(c.bos_token_id, Some(151643));
     // EOS = <|im_end|>, then <|endoftext|> (Qwen's generation_config.json lists both).
     assert_eq!(c.eos_token_ids, vec![151645, 151643]);
-    ckpt.validate().unwrap();
+    anemone_models::validate_checkpoint(&ckpt).unwrap();
     assert_eq!(ckpt.tensors.names().len(), 291);
     let info = ckpt.tensors.info("lm_head.weight").unwrap();
     assert_eq!(

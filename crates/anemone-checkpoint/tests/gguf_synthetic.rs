@@ -9,7 +9,7 @@ use gguf_support::*;
 fn open(w: &GgufWriter) -> Result<Checkpoint, CheckpointError> {
     let (bytes, _) = w.write();
     let path = write_temp(&bytes);
-    Checkpoint::open(&path)
+    anemone_models::open_checkpoint(&path)
 }
 
 #[test]
@@ -17,7 +17,7 @@ fn tiny_llama_config_names_and_shapes() {
     let (w, _, _) = tiny_llama();
     let ckpt = open(&w).unwrap();
     let c = &ckpt.config;
-    assert_eq!(c.architecture, Architecture::Llama);
+    assert_eq!(c.architecture, Architecture::new("llama"));
     assert_eq!(
         (
             c.hidden_size,
@@ -39,7 +39,11 @@ fn tiny_llama_config_names_and_shapes() {
         (Some(1), vec![2])
     );
     assert!(ckpt.tokenizer.is_none());
-    let expected: Vec<String> = c.expected_tensors().into_iter().map(|(n, _)| n).collect();
+    let expected: Vec<String> = anemone_models::families::expected_tensors(c)
+        .unwrap()
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
     let mut expected_sorted = expected.clone();
     expected_sorted.sort();
     assert_eq!(ckpt.tensors.names(), expected_sorted);
@@ -127,7 +131,7 @@ fn qwen3_is_not_permuted_and_reads_explicit_head_dim_and_qk_norm() {
     );
     let ckpt = open(&w).unwrap();
     let c = &ckpt.config;
-    assert_eq!(c.architecture, Architecture::Qwen3);
+    assert_eq!(c.architecture, Architecture::new("qwen3"));
     assert_eq!(c.head_dim, head_dim);
     assert!(c.qk_norm && !c.tie_word_embeddings);
     assert_eq!(
@@ -155,7 +159,7 @@ fn unknown_architecture_is_named() {
     let (mut w, _, _) = tiny_llama();
     w.kv("general.architecture", Val::Str("mamba".into()));
     match open(&w) {
-        Err(CheckpointError::UnknownArchitecture { arch }) => assert_eq!(arch, "mamba"),
+        Err(CheckpointError::UnknownArchitecture { arch, .. }) => assert_eq!(arch, "mamba"),
         other => panic!("expected UnknownArchitecture, got {other:?}"),
     }
 }
@@ -232,7 +236,7 @@ fn unsupported_quantization_names_tensor_and_type() {
     let at = layout.tensor_type_at["blk.0.ffn_up.weight"];
     bytes[at..at + 4].copy_from_slice(&16u32.to_le_bytes()); // IQ2_XXS
     let path = write_temp(&bytes);
-    match Checkpoint::open(&path) {
+    match anemone_models::open_checkpoint(&path) {
         Err(CheckpointError::UnsupportedDtype { tensor, dtype, .. }) => {
             assert_eq!(
                 (tensor.as_str(), dtype.as_str()),

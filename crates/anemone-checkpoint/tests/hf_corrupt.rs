@@ -3,14 +3,14 @@
 
 mod hf_support;
 
-use anemone_checkpoint::{Checkpoint, CheckpointError};
+use anemone_checkpoint::CheckpointError;
 use hf_support::*;
 use safetensors::Dtype;
 use serde_json::{json, Value};
 use std::path::Path;
 
 fn open_err(path: &Path) -> CheckpointError {
-    match Checkpoint::open(path) {
+    match anemone_models::open_checkpoint(path) {
         Ok(c) => panic!("expected an error, opened {c:?}"),
         Err(e) => e,
     }
@@ -51,7 +51,7 @@ fn unknown_model_type_is_named() {
         c.insert("model_type".into(), json!("gpt_neox"));
     });
     assert!(
-        matches!(&err, CheckpointError::UnknownArchitecture { arch } if arch == "gpt_neox"),
+        matches!(&err, CheckpointError::UnknownArchitecture { arch, .. } if arch == "gpt_neox"),
         "{err}"
     );
 }
@@ -147,7 +147,7 @@ fn features_we_do_not_implement_are_refused_by_field() {
     c.insert("sliding_window".into(), json!(4096));
     c.insert("rope_parameters".into(), json!({"rope_type": "default"}));
     dir.write_config(&config);
-    Checkpoint::open(dir.path()).unwrap();
+    anemone_models::open_checkpoint(dir.path()).unwrap();
 }
 
 #[test]
@@ -318,7 +318,7 @@ fn random_corruption_never_panics() {
             mutated.truncate((next() as usize) % bytes.len());
         }
         std::fs::write(dir.file("model.safetensors"), &mutated).unwrap();
-        match Checkpoint::open(dir.path()) {
+        match anemone_models::open_checkpoint(dir.path()) {
             Ok(c) => {
                 // A harmless mutation (e.g. inside a name's padding) must still load cleanly.
                 for name in c.tensors.names() {

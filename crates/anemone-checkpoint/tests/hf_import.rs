@@ -21,9 +21,9 @@ fn assert_loads_exactly(checkpoint: &Checkpoint, model_type: &str, tied: bool) {
 #[test]
 fn llama_dir_maps_config_and_loads_every_tensor_exactly() {
     let dir = TinyDir::new("llama");
-    let checkpoint = Checkpoint::open(dir.path()).unwrap();
+    let checkpoint = anemone_models::open_checkpoint(dir.path()).unwrap();
     let c = &checkpoint.config;
-    assert_eq!(c.architecture, Architecture::Llama);
+    assert_eq!(c.architecture, Architecture::new("llama"));
     assert_eq!(
         (c.hidden_size, c.intermediate_size, c.num_hidden_layers),
         (HIDDEN, INTERMEDIATE, LAYERS)
@@ -60,8 +60,8 @@ fn llama_dir_maps_config_and_loads_every_tensor_exactly() {
 #[test]
 fn qwen2_has_qkv_bias_without_a_config_field() {
     let dir = TinyDir::new("qwen2");
-    let checkpoint = Checkpoint::open(dir.path()).unwrap();
-    assert_eq!(checkpoint.config.architecture, Architecture::Qwen2);
+    let checkpoint = anemone_models::open_checkpoint(dir.path()).unwrap();
+    assert_eq!(checkpoint.config.architecture, Architecture::new("qwen2"));
     assert!(checkpoint.config.attention_bias && !checkpoint.config.qk_norm);
     assert_loads_exactly(&checkpoint, "qwen2", false);
 }
@@ -73,7 +73,7 @@ fn qwen2_without_its_biases_is_missing_a_tensor() {
         tiny_config("qwen2"),
         &tiny_tensors("llama", false, Dtype::F32),
     );
-    let err = Checkpoint::open(dir.path()).unwrap_err();
+    let err = anemone_models::open_checkpoint(dir.path()).unwrap_err();
     assert!(
         matches!(&err, CheckpointError::MissingTensor { name } if name.ends_with("q_proj.bias")),
         "{err}"
@@ -99,9 +99,9 @@ fn qwen3_transformers5_config_with_rope_parameters_and_explicit_head_dim() {
     obj.insert("head_dim".into(), json!(HEAD_DIM));
     obj.insert("tie_word_embeddings".into(), json!(true));
     let dir = TinyDir::with(config, &tiny_tensors("qwen3", true, Dtype::F32));
-    let checkpoint = Checkpoint::open(dir.path()).unwrap();
+    let checkpoint = anemone_models::open_checkpoint(dir.path()).unwrap();
     let c = &checkpoint.config;
-    assert_eq!(c.architecture, Architecture::Qwen3);
+    assert_eq!(c.architecture, Architecture::new("qwen3"));
     assert!(c.qk_norm && !c.attention_bias && c.tie_word_embeddings);
     assert_eq!(c.rope_theta, 1_000_000.0);
     assert!(checkpoint.tensors.info("lm_head.weight").is_none());
@@ -128,7 +128,7 @@ fn defaults_kv_heads_head_dim_and_rope_theta() {
         })
         .collect();
     let dir = TinyDir::with(config, &tensors);
-    let c = Checkpoint::open(dir.path()).unwrap().config;
+    let c = anemone_models::open_checkpoint(dir.path()).unwrap().config;
     assert_eq!(c.num_key_value_heads, HEADS);
     assert_eq!(c.head_dim, HIDDEN / HEADS);
     assert_eq!(c.rope_theta, 10_000.0);
@@ -143,7 +143,7 @@ fn qwen3_without_head_dim_uses_transformers_default_of_128() {
     let mut config = tiny_config("qwen3");
     config.as_object_mut().unwrap().remove("head_dim");
     let dir = TinyDir::with(config, &tiny_tensors("qwen3", false, Dtype::F32));
-    match Checkpoint::open(dir.path()).unwrap_err() {
+    match anemone_models::open_checkpoint(dir.path()).unwrap_err() {
         CheckpointError::ShapeMismatch { name, expected, .. } => {
             assert_eq!(name, "model.layers.0.self_attn.q_proj.weight");
             assert_eq!(expected, vec![HEADS * 128, HIDDEN]);
@@ -156,7 +156,7 @@ fn qwen3_without_head_dim_uses_transformers_default_of_128() {
 fn f16_and_bf16_are_widened_exactly() {
     for dtype in [Dtype::F16, Dtype::BF16] {
         let dir = TinyDir::with(tiny_config("llama"), &tiny_tensors("llama", false, dtype));
-        let checkpoint = Checkpoint::open(dir.path()).unwrap();
+        let checkpoint = anemone_models::open_checkpoint(dir.path()).unwrap();
         let info = checkpoint.tensors.info("model.norm.weight").unwrap();
         assert_eq!(info.dtype, dtype.to_string());
         assert_loads_exactly(&checkpoint, "llama", false);
@@ -197,7 +197,7 @@ fn unsupported_dtype_is_named_on_load() {
         [7i32, 9].iter().flat_map(|v| v.to_le_bytes()).collect(),
     ));
     let dir = TinyDir::with(tiny_config("llama"), &tensors);
-    let checkpoint = Checkpoint::open(dir.path()).unwrap();
+    let checkpoint = anemone_models::open_checkpoint(dir.path()).unwrap();
     let err = checkpoint
         .load_f32("model.rotary_emb.inv_freq_ids")
         .unwrap_err();
@@ -214,7 +214,7 @@ fn unsupported_dtype_is_named_on_load() {
 fn sharded_checkpoint_loads_from_every_shard() {
     let dir = tempfile::tempdir().unwrap();
     let shards = write_sharded(dir.path(), "qwen3", 3);
-    let checkpoint = Checkpoint::open(dir.path()).unwrap();
+    let checkpoint = anemone_models::open_checkpoint(dir.path()).unwrap();
     assert_loads_exactly(&checkpoint, "qwen3", false);
     let mut expected = vec![
         dir.path().join("config.json"),
@@ -231,7 +231,7 @@ fn generation_config_eos_list_wins_over_config_json() {
         &dir.file("generation_config.json"),
         &json!({"bos_token_id": 0, "eos_token_id": [1, 7, 9], "do_sample": true}),
     );
-    let checkpoint = Checkpoint::open(dir.path()).unwrap();
+    let checkpoint = anemone_models::open_checkpoint(dir.path()).unwrap();
     assert_eq!(checkpoint.config.eos_token_ids, vec![1, 7, 9]);
     assert!(checkpoint
         .source_paths
@@ -241,7 +241,7 @@ fn generation_config_eos_list_wins_over_config_json() {
         &dir.file("generation_config.json"),
         &json!({"eos_token_id": 5}),
     );
-    let checkpoint = Checkpoint::open(dir.path()).unwrap();
+    let checkpoint = anemone_models::open_checkpoint(dir.path()).unwrap();
     assert_eq!(checkpoint.config.eos_token_ids, vec![5]);
 }
 
@@ -252,7 +252,10 @@ fn config_eos_list_is_accepted() {
     config["eos_token_id"] = json!([1, 2]);
     dir.write_config(&config);
     assert_eq!(
-        Checkpoint::open(dir.path()).unwrap().config.eos_token_ids,
+        anemone_models::open_checkpoint(dir.path())
+            .unwrap()
+            .config
+            .eos_token_ids,
         vec![1, 2]
     );
 }
@@ -266,9 +269,9 @@ fn real_bert_directory_is_refused_by_name_and_its_safetensors_read() {
         "{} is missing: run scripts/fetch-models.sh",
         dir.display()
     );
-    let err = Checkpoint::open(&dir).unwrap_err();
+    let err = anemone_models::open_checkpoint(&dir).unwrap_err();
     assert!(
-        matches!(&err, CheckpointError::UnknownArchitecture { arch } if arch == "bert"),
+        matches!(&err, CheckpointError::UnknownArchitecture { arch, .. } if arch == "bert"),
         "{err}"
     );
 

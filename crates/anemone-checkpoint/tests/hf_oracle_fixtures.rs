@@ -4,7 +4,7 @@
 
 mod hf_support;
 
-use anemone_checkpoint::{Architecture, Checkpoint};
+use anemone_checkpoint::Architecture;
 use hf_support::repo_root;
 use serde_json::Value;
 use std::path::Path;
@@ -59,10 +59,11 @@ fn every_oracle_fixture_opens_and_matches_its_config_json() {
     for dir in &dirs {
         let name = dir.file_name().unwrap().to_string_lossy().to_string();
         let json = read(&dir.join("config.json"));
-        let checkpoint = Checkpoint::open(dir).unwrap_or_else(|e| panic!("{name}: {e}"));
-        checkpoint.validate().unwrap();
+        let checkpoint =
+            anemone_models::open_checkpoint(dir).unwrap_or_else(|e| panic!("{name}: {e}"));
+        anemone_models::validate_checkpoint(&checkpoint).unwrap();
         let c = &checkpoint.config;
-        seen.insert(c.architecture);
+        seen.insert(c.architecture.clone());
         if dir.join("model.safetensors.index.json").is_file() {
             sharded += 1;
             let shards = checkpoint
@@ -73,7 +74,7 @@ fn every_oracle_fixture_opens_and_matches_its_config_json() {
             assert!(shards > 1, "{name}: sharded fixture read {shards} shard(s)");
         }
 
-        let arch = Architecture::parse(json["model_type"].as_str().unwrap()).unwrap();
+        let arch = Architecture::new(json["model_type"].as_str().unwrap());
         assert_eq!(c.architecture, arch, "{name}");
         assert_eq!(c.hidden_size, uint(&json, "hidden_size"), "{name}");
         assert_eq!(
@@ -118,8 +119,12 @@ fn every_oracle_fixture_opens_and_matches_its_config_json() {
             json["tie_word_embeddings"].as_bool(),
             "{name}"
         );
-        assert_eq!(c.attention_bias, arch == Architecture::Qwen2, "{name}");
-        assert_eq!(c.qk_norm, arch == Architecture::Qwen3, "{name}");
+        assert_eq!(
+            c.attention_bias,
+            arch == Architecture::new("qwen2"),
+            "{name}"
+        );
+        assert_eq!(c.qk_norm, arch == Architecture::new("qwen3"), "{name}");
         assert_eq!(
             c.bos_token_id,
             Some(uint(&json, "bos_token_id") as u32),
@@ -138,7 +143,7 @@ fn every_oracle_fixture_opens_and_matches_its_config_json() {
         );
 
         // Every tensor loads, finite, with the shape the config implies.
-        for (tensor, shape) in c.expected_tensors() {
+        for (tensor, shape) in anemone_models::families::expected_tensors(c).unwrap() {
             let data = checkpoint.load_f32(&tensor).unwrap();
             assert_eq!(
                 data.len(),

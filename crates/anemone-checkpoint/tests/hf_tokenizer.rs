@@ -41,7 +41,7 @@ fn qwen3_tokenizer_encodes_like_transformers() {
     config.as_object_mut().unwrap().remove("eos_token_id");
     config.as_object_mut().unwrap().remove("bos_token_id");
     dir.write_config(&config);
-    let checkpoint = Checkpoint::open(dir.path()).unwrap();
+    let checkpoint = anemone_models::open_checkpoint(dir.path()).unwrap();
     let bundle = checkpoint.tokenizer.as_ref().expect("tokenizer found");
 
     let cases = fixture["cases"].as_array().unwrap();
@@ -142,7 +142,7 @@ fn special_tokens_as_strings_or_added_token_objects() {
     config.as_object_mut().unwrap().remove("eos_token_id");
     config.as_object_mut().unwrap().remove("bos_token_id");
     dir.write_config(&config);
-    let checkpoint = Checkpoint::open(dir.path()).unwrap();
+    let checkpoint = anemone_models::open_checkpoint(dir.path()).unwrap();
     let bundle = checkpoint.tokenizer.as_ref().unwrap();
     assert_eq!(bundle.bos_token.as_deref(), Some("<s>"));
     assert_eq!(bundle.eos_token.as_deref(), Some("</s>"));
@@ -153,7 +153,7 @@ fn special_tokens_as_strings_or_added_token_objects() {
     assert!(bundle.chat_template.is_none());
 
     let dir = word_dir(false, json!({"bos_token": {"lstrip": false}}));
-    let err = Checkpoint::open(dir.path()).unwrap_err();
+    let err = anemone_models::open_checkpoint(dir.path()).unwrap_err();
     assert!(
         matches!(&err, CheckpointError::BadField { field, .. } if field == "bos_token"),
         "{err}"
@@ -164,13 +164,13 @@ fn special_tokens_as_strings_or_added_token_objects() {
 fn add_bos_token_is_honoured_both_ways() {
     // The post-processor already adds BOS and nothing says otherwise.
     let dir = word_dir(true, json!({"bos_token": "<s>"}));
-    let checkpoint = Checkpoint::open(dir.path()).unwrap();
+    let checkpoint = anemone_models::open_checkpoint(dir.path()).unwrap();
     assert!(checkpoint.tokenizer.as_ref().unwrap().add_bos);
     assert_eq!(ids(&checkpoint, "hello world"), vec![0, 3, 4]);
 
     // add_bos_token: true with a tokenizer.json that does not add it.
     let dir = word_dir(false, json!({"bos_token": "<s>", "add_bos_token": true}));
-    let checkpoint = Checkpoint::open(dir.path()).unwrap();
+    let checkpoint = anemone_models::open_checkpoint(dir.path()).unwrap();
     assert!(checkpoint.tokenizer.as_ref().unwrap().add_bos);
     assert_eq!(ids(&checkpoint, "hello world"), vec![0, 3, 4]);
     let plain = checkpoint
@@ -184,7 +184,7 @@ fn add_bos_token_is_honoured_both_ways() {
 
     // add_bos_token: false overrides a post-processor that adds it.
     let dir = word_dir(true, json!({"bos_token": "<s>", "add_bos_token": false}));
-    let checkpoint = Checkpoint::open(dir.path()).unwrap();
+    let checkpoint = anemone_models::open_checkpoint(dir.path()).unwrap();
     assert!(!checkpoint.tokenizer.as_ref().unwrap().add_bos);
     assert_eq!(ids(&checkpoint, "hello world"), vec![3, 4]);
 }
@@ -199,13 +199,13 @@ fn chat_template_sources_in_priority_order() {
             {"name": "default", "template": "DEFAULT {{ messages }}"},
         ]}),
     );
-    let checkpoint = Checkpoint::open(dir.path()).unwrap();
+    let checkpoint = anemone_models::open_checkpoint(dir.path()).unwrap();
     let template = checkpoint.tokenizer.as_ref().unwrap().chat_template.clone();
     assert_eq!(template.as_deref(), Some("DEFAULT {{ messages }}"));
 
     // chat_template.jinja (transformers 5) wins over tokenizer_config.json.
     std::fs::write(dir.file("chat_template.jinja"), "JINJA {{ messages }}\n").unwrap();
-    let checkpoint = Checkpoint::open(dir.path()).unwrap();
+    let checkpoint = anemone_models::open_checkpoint(dir.path()).unwrap();
     let template = checkpoint.tokenizer.as_ref().unwrap().chat_template.clone();
     assert_eq!(template.as_deref(), Some("JINJA {{ messages }}\n"));
     assert!(checkpoint
@@ -218,7 +218,7 @@ fn chat_template_sources_in_priority_order() {
         &dir.file("chat_template.json"),
         &json!({"chat_template": "FROM JSON"}),
     );
-    let checkpoint = Checkpoint::open(dir.path()).unwrap();
+    let checkpoint = anemone_models::open_checkpoint(dir.path()).unwrap();
     let template = checkpoint.tokenizer.as_ref().unwrap().chat_template.clone();
     assert_eq!(template.as_deref(), Some("FROM JSON"));
 
@@ -227,7 +227,7 @@ fn chat_template_sources_in_priority_order() {
         false,
         json!({"chat_template": [{"name": "rag", "template": "R"}]}),
     );
-    let checkpoint = Checkpoint::open(dir.path()).unwrap();
+    let checkpoint = anemone_models::open_checkpoint(dir.path()).unwrap();
     assert!(checkpoint
         .tokenizer
         .as_ref()
@@ -236,7 +236,7 @@ fn chat_template_sources_in_priority_order() {
         .is_none());
     for bad in [json!(7), json!([{"name": "default"}])] {
         let dir = word_dir(false, json!({"chat_template": bad}));
-        let err = Checkpoint::open(dir.path()).unwrap_err();
+        let err = anemone_models::open_checkpoint(dir.path()).unwrap_err();
         assert!(
             matches!(&err, CheckpointError::BadField { field, path, .. }
                 if field == "chat_template" && path.ends_with("tokenizer_config.json")),
@@ -249,7 +249,7 @@ fn chat_template_sources_in_priority_order() {
 fn broken_tokenizer_json_is_named() {
     let dir = TinyDir::new("llama");
     std::fs::write(dir.file("tokenizer.json"), "{\"model\": 3}").unwrap();
-    let err = Checkpoint::open(dir.path()).unwrap_err();
+    let err = anemone_models::open_checkpoint(dir.path()).unwrap_err();
     assert!(
         matches!(&err, CheckpointError::Tokenizer { problem } if problem.contains("tokenizer.json")),
         "{err}"
@@ -263,6 +263,6 @@ fn directory_without_tokenizer_opens_with_none() {
         &dir.file("tokenizer_config.json"),
         &json!({"eos_token": "</s>"}),
     );
-    let checkpoint = Checkpoint::open(dir.path()).unwrap();
+    let checkpoint = anemone_models::open_checkpoint(dir.path()).unwrap();
     assert!(checkpoint.tokenizer.is_none());
 }

@@ -1,6 +1,12 @@
-//! Per-architecture model code: the fp32 reference forward (plain layout, the oracle), the ANE
-//! graph builders, and the bundle (manifest, writer, reader) they are converted into.
+//! Per-architecture model code: the model families (config mapping and tensor names, one file
+//! each, and the registry that opens checkpoints through them), the fp32 reference forward (plain
+//! layout, the oracle), the ANE graph builders, and the bundle (manifest, writer, reader) they are
+//! converted into.
 
 pub mod ane;
+pub mod attention;
 pub mod bundle;
+pub mod families;
 pub mod reference;
+
+pub use families::{open_checkpoint, validate_checkpoint};

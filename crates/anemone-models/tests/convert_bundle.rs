@@ -6,7 +6,6 @@ mod common_convert;
 
 use std::path::Path;
 
-use anemone_checkpoint::Checkpoint;
 use anemone_models::ane::{
     lint_program, ChunkOptions, ChunkSizing, LmHeadPlacement, NormForm, Precision, Severity,
     StateLayout, Uncompressed,
@@ -35,7 +34,7 @@ fn run(
     out: &Path,
     opts: &ConvertOptions,
 ) -> Result<bundle::ConvertSummary, BundleError> {
-    let ckpt = Checkpoint::open(model).unwrap();
+    let ckpt = anemone_models::open_checkpoint(model).unwrap();
     convert(&ckpt, out, opts, &Uncompressed, &mut |_| {})
 }
 

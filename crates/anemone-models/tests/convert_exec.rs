@@ -6,9 +6,9 @@ mod common_convert;
 
 use std::collections::HashMap;
 
-use anemone_checkpoint::Checkpoint;
 use anemone_exec::{LoadedPackage, Tensor};
 use anemone_models::ane::io::{causal_mask, rope_tables};
+use anemone_models::ane::options::MASK_NEG;
 use anemone_models::ane::{
     names, ChunkOptions, ChunkSizing, LmHeadPlacement, NormForm, Precision, StateLayout,
     Uncompressed,
@@ -92,7 +92,7 @@ impl Run<'_> {
             names::SIN.to_string(),
             Tensor::new(dtype, vec![1, 1, d, t], sin).unwrap(),
         );
-        let mask = causal_mask(CONTEXT, first, t);
+        let mask = causal_mask(CONTEXT, first, t, MASK_NEG);
         inputs.insert(
             names::MASK.to_string(),
             Tensor::new(dtype, vec![1, 1, t, CONTEXT], mask).unwrap(),
@@ -127,7 +127,7 @@ fn check_against_reference(
 ) {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("bundle");
-    let ckpt = Checkpoint::open(oracle_fixture(fixture)).unwrap();
+    let ckpt = anemone_models::open_checkpoint(oracle_fixture(fixture)).unwrap();
     let opts = ConvertOptions {
         chunk: ChunkOptions {
             context: CONTEXT,
@@ -290,7 +290,7 @@ fn lm_head_package_matches_the_reference_logits() {
     for fixture in ["llama_gqa4", "qwen3_mha_tied"] {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("bundle");
-        let ckpt = Checkpoint::open(oracle_fixture(fixture)).unwrap();
+        let ckpt = anemone_models::open_checkpoint(oracle_fixture(fixture)).unwrap();
         let opts = ConvertOptions {
             chunk: ChunkOptions {
                 context: CONTEXT,
@@ -398,7 +398,7 @@ impl anemone_models::ane::WeightCompressor for NaiveInt8 {
 fn a_weight_compressor_plugs_into_convert() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("bundle");
-    let ckpt = Checkpoint::open(oracle_fixture("qwen3_gqa4")).unwrap();
+    let ckpt = anemone_models::open_checkpoint(oracle_fixture("qwen3_gqa4")).unwrap();
     let opts = ConvertOptions {
         chunk: ChunkOptions {
             context: CONTEXT,
@@ -459,7 +459,7 @@ fn a_weight_compressor_plugs_into_convert() {
     );
     inputs.insert(
         names::MASK.to_string(),
-        Tensor::f16(vec![1, 1, 1, CONTEXT], causal_mask(CONTEXT, 0, 1)).unwrap(),
+        Tensor::f16(vec![1, 1, 1, CONTEXT], causal_mask(CONTEXT, 0, 1, MASK_NEG)).unwrap(),
     );
     inputs.insert(
         names::POSITION.to_string(),

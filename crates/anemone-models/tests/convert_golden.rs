@@ -23,7 +23,7 @@ fn values(seed: u64, n: usize) -> Vec<f32> {
 
 fn tiny_checkpoint() -> Checkpoint {
     let config = DecoderConfig {
-        architecture: Architecture::Qwen3,
+        architecture: Architecture::new("qwen3"),
         hidden_size: 16,
         intermediate_size: 24,
         num_hidden_layers: 2,
@@ -41,7 +41,11 @@ fn tiny_checkpoint() -> Checkpoint {
         eos_token_ids: vec![],
     };
     let mut store = MemoryStore::new();
-    for (i, (name, shape)) in config.expected_tensors().into_iter().enumerate() {
+    for (i, (name, shape)) in anemone_models::families::expected_tensors(&config)
+        .unwrap()
+        .into_iter()
+        .enumerate()
+    {
         let n = shape.iter().product();
         store.insert(name, shape, values(i as u64 + 1, n));
     }

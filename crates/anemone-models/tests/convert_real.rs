@@ -7,9 +7,9 @@ mod common_convert;
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use anemone_checkpoint::Checkpoint;
 use anemone_exec::{LoadedPackage, Tensor};
 use anemone_models::ane::io::{causal_mask, rope_tables};
+use anemone_models::ane::options::MASK_NEG;
 use anemone_models::ane::{
     names, ChunkOptions, ChunkSizing, LmHeadPlacement, StateLayout, Uncompressed,
 };
@@ -50,7 +50,7 @@ fn convert_real(
 ) {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("bundle");
-    let ckpt = Checkpoint::open(model(file)).unwrap();
+    let ckpt = anemone_models::open_checkpoint(model(file)).unwrap();
     let opts = ConvertOptions {
         chunk: ChunkOptions {
             context,
@@ -130,7 +130,11 @@ fn convert_real(
         );
         inputs.insert(
             names::MASK.into(),
-            Tensor::f16(vec![1, 1, t, context], causal_mask(context, first, t)).unwrap(),
+            Tensor::f16(
+                vec![1, 1, t, context],
+                causal_mask(context, first, t, MASK_NEG),
+            )
+            .unwrap(),
         );
         inputs.insert(
             names::POSITION.into(),
@@ -260,7 +264,7 @@ fn qwen25_coder_converts_and_tracks_the_reference() {
 #[test]
 fn smollm2_bundle_with_tokenizer_is_byte_reproducible() {
     let dir = tempfile::tempdir().unwrap();
-    let ckpt = Checkpoint::open(model("smollm2-135m-instruct.Q4_1.gguf")).unwrap();
+    let ckpt = anemone_models::open_checkpoint(model("smollm2-135m-instruct.Q4_1.gguf")).unwrap();
     let opts = ConvertOptions {
         chunk: ChunkOptions {
             context: 64,

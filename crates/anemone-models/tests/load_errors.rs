@@ -6,7 +6,7 @@ use anemone_models::reference::{ForwardError, ReferenceModel, ReferenceOptions};
 
 fn config() -> DecoderConfig {
     DecoderConfig {
-        architecture: Architecture::Llama,
+        architecture: Architecture::new("llama"),
         hidden_size: 8,
         intermediate_size: 12,
         num_hidden_layers: 1,
@@ -31,7 +31,7 @@ fn checkpoint(
     reshape: Option<(&str, Vec<usize>)>,
 ) -> Checkpoint {
     let mut store = MemoryStore::new();
-    for (name, mut shape) in config.expected_tensors() {
+    for (name, mut shape) in anemone_models::families::expected_tensors(&config).unwrap() {
         if name == skip {
             continue;
         }

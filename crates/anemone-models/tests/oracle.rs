@@ -1,7 +1,6 @@
 //! The reference forward against Hugging Face transformers on every random-init checkpoint in
 //! tests/fixtures/oracle: same greedy ids, logits and per-layer residual stream within tolerance.
 
-use anemone_checkpoint::Checkpoint;
 use anemone_models::reference::{ForwardError, LogitsFor, ReferenceModel, ReferenceOptions};
 use anemone_runtime::npy;
 use std::path::{Path, PathBuf};
@@ -52,7 +51,8 @@ fn fixtures() -> Vec<Fixture> {
 }
 
 fn load(dir: &Path, context_len: Option<usize>) -> ReferenceModel {
-    let checkpoint = Checkpoint::open(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let checkpoint =
+        anemone_models::open_checkpoint(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
     let options = ReferenceOptions {
         threads: Some(2),
         context_len,
@@ -192,7 +192,7 @@ fn context_overflow_and_bad_tokens_are_errors() {
         Err(ForwardError::EmptyInput)
     ));
 
-    let checkpoint = Checkpoint::open(&f.dir).unwrap();
+    let checkpoint = anemone_models::open_checkpoint(&f.dir).unwrap();
     let too_long = checkpoint.config.max_position_embeddings + 1;
     let options = ReferenceOptions {
         threads: Some(1),

@@ -1,7 +1,6 @@
 //! The generation loop on a transformers-verified random-init checkpoint: EOS stop, teacher
 //! forcing, logits capture, context overflow; incremental detokenization on a real tokenizer.
 
-use anemone_checkpoint::Checkpoint;
 use anemone_models::reference::{ReferenceModel, ReferenceOptions};
 use anemone_runtime::{
     generate, Generation, GenerationOptions, LogitsModel, RuntimeError, StopReason, TextStream,
@@ -18,7 +17,7 @@ fn fixture_model(context_len: Option<usize>) -> (ReferenceModel, Vec<u32>, Vec<u
     let oracle: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.join("oracle.json")).unwrap()).unwrap();
     let ids = |k: &str| serde_json::from_value::<Vec<u32>>(oracle[k].clone()).unwrap();
-    let checkpoint = Checkpoint::open(&dir).unwrap();
+    let checkpoint = anemone_models::open_checkpoint(&dir).unwrap();
     let options = ReferenceOptions {
         threads: Some(2),
         context_len,

@@ -8,7 +8,6 @@
 
 mod pipeline_common;
 
-use anemone_checkpoint::Checkpoint;
 use anemone_models::ane::{ChunkOptions, Precision, Uncompressed};
 use anemone_models::bundle::convert;
 use anemone_models::reference::{ReferenceModel, ReferenceOptions};
@@ -62,7 +61,7 @@ fn gate_real_model(model: &str, max_prompts: usize) {
         "{} is missing: run `scripts/fetch-models.sh` (or set ANEMONE_MODELS)",
         gguf.display()
     );
-    let checkpoint = Checkpoint::open(&gguf).unwrap();
+    let checkpoint = anemone_models::open_checkpoint(&gguf).unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("bundle");
     let chunk = ChunkOptions {

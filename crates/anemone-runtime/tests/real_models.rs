@@ -2,7 +2,6 @@
 //! greedy output (tests/fixtures/real/<model>.json). Models are located via `ANEMONE_MODELS`
 //! (default `<workspace>/models`); `scripts/fetch-models.sh` fetches them.
 
-use anemone_checkpoint::Checkpoint;
 use anemone_models::reference::{ReferenceModel, ReferenceOptions};
 use anemone_runtime::{generate, prompt, GenerationOptions, TextStream};
 use serde::Deserialize;
@@ -60,7 +59,7 @@ fn fixture(name: &str) -> RealFixture {
 /// and transformers' top-5 logits at every step within tolerance.
 fn check_model(name: &str) -> Vec<String> {
     let fixture = fixture(name);
-    let checkpoint = Checkpoint::open(model_path(&fixture.gguf)).unwrap();
+    let checkpoint = anemone_models::open_checkpoint(model_path(&fixture.gguf)).unwrap();
     let bundle = checkpoint
         .tokenizer
         .as_ref()

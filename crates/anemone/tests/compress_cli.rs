@@ -232,7 +232,7 @@ fn check_bundle(name: &str, flags: &[&str], tier: f64, expect: &dyn Fn(&str) -> 
     let record = &manifest["compression"];
     let tensors = record["tensors"].as_array().unwrap();
     assert_eq!(tensors.len(), 7 * layers + slices, "{record}");
-    let ckpt = Checkpoint::open(fixture(name)).unwrap();
+    let ckpt = anemone_models::open_checkpoint(fixture(name)).unwrap();
     for t in tensors {
         let tensor = t["tensor"].as_str().unwrap();
         assert_eq!(t["scheme"], expect(tensor), "{tensor}");

@@ -10,7 +10,7 @@ use support::{anemone, fixture};
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use anemone_checkpoint::{Checkpoint, CheckpointError, TensorInfo, TensorStore};
+use anemone_checkpoint::{CheckpointError, TensorInfo, TensorStore};
 use anemone_models::ane::{ChunkOptions, ChunkSizing, LmHeadPlacement, Precision, Uncompressed};
 use anemone_models::bundle::{convert, ConvertOptions};
 use serde_json::Value;
@@ -101,7 +101,7 @@ fn write_bundle(
     precision: Precision,
     tamper: impl FnOnce(Box<dyn TensorStore>) -> Box<dyn TensorStore>,
 ) {
-    let mut checkpoint = Checkpoint::open(fixture(FIXTURE)).unwrap();
+    let mut checkpoint = anemone_models::open_checkpoint(fixture(FIXTURE)).unwrap();
     let tensors = std::mem::replace(
         &mut checkpoint.tensors,
         Box::new(anemone_checkpoint::MemoryStore::new()),

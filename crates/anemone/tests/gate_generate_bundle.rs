@@ -8,7 +8,6 @@ use support::anemone;
 
 use std::path::{Path, PathBuf};
 
-use anemone_checkpoint::Checkpoint;
 use anemone_models::ane::{ChunkOptions, ChunkSizing, LmHeadPlacement, Precision, Uncompressed};
 use anemone_models::bundle::{convert, ConvertOptions};
 use anemone_runtime::npy;
@@ -38,7 +37,7 @@ fn csv(ids: &[u32]) -> String {
 }
 
 fn write_bundle(out: &Path, precision: Precision) {
-    let checkpoint = Checkpoint::open(fixture()).unwrap();
+    let checkpoint = anemone_models::open_checkpoint(fixture()).unwrap();
     let options = ConvertOptions {
         chunk: ChunkOptions {
             context: 32,

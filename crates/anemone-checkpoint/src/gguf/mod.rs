@@ -1,10 +1,10 @@
-//! GGUF v2/v3 import: metadata → [`DecoderConfig`], tensors dequantized to f32 under Hugging Face
-//! names, the embedded tokenizer rebuilt as a `tokenizers::Tokenizer`.
+//! GGUF v2/v3 containers: the reader, typed metadata, dequantizers, the embedded tokenizer rebuilt
+//! as a `tokenizers::Tokenizer`, and a [`GgufStore`] serving the tensors dequantized to f32 under
+//! the Hugging Face names a model family maps them to.
 
 pub mod dequant;
-pub mod hparams;
 pub mod metadata;
-pub mod names;
+pub mod permutation;
 pub mod reader;
 pub mod tokenizer;
 
@@ -12,50 +12,12 @@ pub use dequant::GgmlType;
 pub use metadata::{MetaValue, Metadata};
 pub use reader::{GgufFile, TensorDesc};
 
-use crate::config::{Architecture, DecoderConfig};
 use crate::error::{CheckpointError, Result};
 use crate::store::{TensorInfo, TensorStore};
-use crate::Checkpoint;
-use names::RowPermutation;
+pub use permutation::RowPermutation;
 use rayon::prelude::*;
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::Arc;
-
-/// Opens a GGUF file as a validated [`Checkpoint`].
-pub fn open_file(path: &Path) -> Result<Checkpoint> {
-    let started = std::time::Instant::now();
-    let file = Arc::new(GgufFile::open(path)?);
-    let meta = &file.metadata;
-    // The architecture first: an unknown one is the clearest thing to report.
-    let architecture = hparams::architecture(meta)?;
-    let tokenizer = tokenizer::build(meta)?;
-    let find = |name: &str| file.tensors.iter().find(|t| t.name == name);
-    let facts = hparams::TensorFacts {
-        has_output: find("output.weight").is_some(),
-        has_q_bias: find("blk.0.attn_q.bias").is_some(),
-        embedding_rows: find("token_embd.weight").and_then(|t| t.hf_shape().first().copied()),
-        count: file.tensors.len(),
-    };
-    let config = hparams::decoder_config(meta, facts, tokenizer.as_ref())?;
-    let store = GgufStore::new(file.clone(), &config)?;
-    let checkpoint = Checkpoint {
-        config,
-        tensors: Box::new(store),
-        tokenizer: tokenizer.map(|t| t.bundle),
-        source_paths: vec![path.to_path_buf()],
-    };
-    checkpoint.validate()?;
-    tracing::info!(
-        path = %path.display(),
-        version = file.version,
-        architecture = architecture.name(),
-        tensors = file.tensors.len(),
-        elapsed_ms = started.elapsed().as_millis() as u64,
-        "opened GGUF"
-    );
-    Ok(checkpoint)
-}
 
 #[derive(Debug, Clone, Copy)]
 struct StoredTensor {
@@ -65,8 +27,9 @@ struct StoredTensor {
 
 /// The tensors of a GGUF file under their Hugging Face names, dequantized on load.
 ///
-/// For the llama architecture, q/k projections come back in Hugging Face's rotate-half row order
-/// (llama.cpp's converter interleaves them; see [`names::unpermute_rows`]).
+/// A tensor mapped with [`RowPermutation::Interleaved`] (llama q/k projections) comes back in
+/// Hugging Face's rotate-half row order (llama.cpp's converter interleaves them; see
+/// [`permutation::unpermute_rows`]).
 #[derive(Debug)]
 pub struct GgufStore {
     file: Arc<GgufFile>,
@@ -74,41 +37,15 @@ pub struct GgufStore {
 }
 
 impl GgufStore {
-    /// Maps every tensor of `file` to its Hugging Face name. A tensor no supported architecture
-    /// has (for instance `rope_freqs.weight`, Llama 3 RoPE scaling) is an error, not ignored.
-    pub fn new(file: Arc<GgufFile>, config: &DecoderConfig) -> Result<Self> {
+    /// Maps every tensor of `file` through `hf_tensor` (the model family's naming: Hugging Face
+    /// name and row permutation, or an error for a tensor the family does not have).
+    pub fn new(
+        file: Arc<GgufFile>,
+        hf_tensor: impl Fn(&TensorDesc) -> Result<(String, RowPermutation)>,
+    ) -> Result<Self> {
         let mut tensors = BTreeMap::new();
         for (index, desc) in file.tensors.iter().enumerate() {
-            let hf = names::hf_name(&desc.name).ok_or_else(|| CheckpointError::Unsupported {
-                path: file.path.clone(),
-                what: if desc.name == "rope_freqs.weight" {
-                    "RoPE frequency scaling (tensor `rope_freqs.weight`)".to_string()
-                } else {
-                    format!(
-                        "tensor `{}` (no Hugging Face counterpart in a llama/qwen2/qwen3 decoder)",
-                        desc.name
-                    )
-                },
-            })?;
-            let heads = match hf.rsplit_once(".self_attn.").map(|(_, s)| s) {
-                Some("q_proj.weight" | "q_proj.bias") => Some(config.num_attention_heads),
-                Some("k_proj.weight" | "k_proj.bias") => Some(config.num_key_value_heads),
-                _ => None,
-            };
-            let permutation = match heads {
-                Some(heads) if config.architecture == Architecture::Llama => {
-                    let rows = desc.hf_shape().first().copied().unwrap_or(0);
-                    if !rows.is_multiple_of(2 * heads) {
-                        return Err(CheckpointError::ShapeMismatch {
-                            name: hf,
-                            expected: vec![heads * config.head_dim],
-                            found: desc.hf_shape(),
-                        });
-                    }
-                    RowPermutation::Interleaved { heads }
-                }
-                _ => RowPermutation::None,
-            };
+            let (hf, permutation) = hf_tensor(desc)?;
             tensors.insert(hf, StoredTensor { index, permutation });
         }
         Ok(Self { file, tensors })
@@ -153,7 +90,7 @@ impl TensorStore for GgufStore {
                 out.par_chunks_mut(cols)
                     .enumerate()
                     .for_each(|(hf_row, dst)| {
-                        let g = names::gguf_row(hf_row, head_dim);
+                        let g = permutation::gguf_row(hf_row, head_dim);
                         dequant::dequantize_serial(
                             desc.ggml_type,
                             &bytes[g * row_bytes..(g + 1) * row_bytes],
@@ -164,7 +101,7 @@ impl TensorStore for GgufStore {
             }
             (RowPermutation::Interleaved { heads }, &[rows]) => {
                 dequant::dequantize(desc.ggml_type, bytes, &mut out);
-                Ok(names::unpermute_rows(&out, rows, 1, heads))
+                Ok(permutation::unpermute_rows(&out, rows, 1, heads))
             }
             _ => {
                 dequant::dequantize(desc.ggml_type, bytes, &mut out);

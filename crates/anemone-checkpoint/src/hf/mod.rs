@@ -1,27 +1,26 @@
 //! Hugging Face directory import: config.json, (sharded) safetensors, tokenizer files,
 //! generation_config.json.
 
-mod config;
+mod fields;
 mod safetensors_store;
 mod tokenizer_files;
 
-pub use config::parse_config;
+pub use fields::JsonFields;
 pub use safetensors_store::SafetensorsStore;
 pub use tokenizer_files::{read_tokenizer_files, TokenizerFiles};
 
+use crate::config::DecoderConfig;
 use crate::error::{CheckpointError, Result};
 use crate::Checkpoint;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 const CONFIG: &str = "config.json";
 const SINGLE_FILE: &str = "model.safetensors";
 const INDEX_FILE: &str = "model.safetensors.index.json";
 
-/// Opens a Hugging Face checkpoint directory and validates its tensors against its config.
-///
-/// EOS ids come from generation_config.json, else config.json, else the tokenizer's EOS token;
-/// the BOS id from config.json, else generation_config.json, else the tokenizer's BOS token.
-pub fn open_dir(path: &Path) -> Result<Checkpoint> {
+/// `config.json` of a Hugging Face checkpoint directory: its path and parsed JSON, which the
+/// model family turns into a [`DecoderConfig`] before [`open_dir`] opens the rest.
+pub fn read_config(path: &Path) -> Result<(PathBuf, serde_json::Value)> {
     let config_path = path.join(CONFIG);
     if !config_path.is_file() {
         return Err(CheckpointError::MissingFile {
@@ -29,8 +28,21 @@ pub fn open_dir(path: &Path) -> Result<Checkpoint> {
             what: CONFIG.into(),
         });
     }
-    let mut config = parse_config(&config_path, &read_json(&config_path)?)?;
+    let json = read_json(&config_path)?;
+    Ok((config_path, json))
+}
 
+/// Opens the tensors and tokenizer files of a Hugging Face checkpoint directory whose
+/// `config.json` (read by [`read_config`] from `config_path`) the family mapped to `config`.
+/// The caller checks the tensors against what the family implies.
+///
+/// EOS ids come from generation_config.json, else config.json, else the tokenizer's EOS token;
+/// the BOS id from config.json, else generation_config.json, else the tokenizer's BOS token.
+pub fn open_dir(
+    path: &Path,
+    config_path: PathBuf,
+    mut config: DecoderConfig,
+) -> Result<Checkpoint> {
     let index_path = path.join(INDEX_FILE);
     let single_path = path.join(SINGLE_FILE);
     let store = if index_path.is_file() {
@@ -62,15 +74,12 @@ pub fn open_dir(path: &Path) -> Result<Checkpoint> {
     source_paths.extend(store.paths());
     source_paths.extend(tokenizer.paths);
 
-    let checkpoint = Checkpoint {
+    Ok(Checkpoint {
         config,
         tensors: Box::new(store),
         tokenizer: tokenizer.bundle,
         source_paths,
-    };
-    checkpoint.validate()?;
-    tracing::debug!(dir = %path.display(), config = ?checkpoint.config, "opened Hugging Face checkpoint");
-    Ok(checkpoint)
+    })
 }
 
 /// Reads and parses a JSON file, naming the file in errors.

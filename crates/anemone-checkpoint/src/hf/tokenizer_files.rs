@@ -1,7 +1,7 @@
 //! `tokenizer.json`, `tokenizer_config.json`, `chat_template.jinja` / `chat_template.json` and
 //! `generation_config.json` → [`TokenizerBundle`] and the special token ids.
 
-use super::config::Fields;
+use super::fields::JsonFields as Fields;
 use super::read_json;
 use crate::error::{CheckpointError, Result};
 use crate::tokenizer::TokenizerBundle;

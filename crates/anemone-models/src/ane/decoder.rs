@@ -496,7 +496,7 @@ mod tests {
 
     fn qwen2_like(head_dim: usize, rope_theta: f64) -> DecoderConfig {
         DecoderConfig {
-            architecture: Architecture::Qwen2,
+            architecture: Architecture::new("qwen2"),
             hidden_size: 2 * head_dim,
             intermediate_size: 4 * head_dim,
             num_hidden_layers: 1,

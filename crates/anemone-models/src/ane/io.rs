@@ -1,9 +1,10 @@
-//! Host-side inputs of the chunk functions: the rotate-half RoPE tables and the additive mask,
-//! laid out exactly as the `cos`, `sin` and `mask` inputs expect (row-major).
+//! Host-side inputs of the chunk functions: the rotate-half RoPE tables and the additive mask
+//! ([`causal_mask`], the one builder, from `crate::attention`), laid out exactly as the `cos`,
+//! `sin` and `mask` inputs expect (row-major).
 
 use anemone_checkpoint::DecoderConfig;
 
-use super::options::MASK_NEG;
+pub use crate::attention::causal_mask;
 
 /// Inverse frequencies `1 / theta^(2i/d)`, in f32 like the reference forward and transformers.
 pub fn inv_freq(config: &DecoderConfig) -> Vec<f32> {
@@ -31,31 +32,4 @@ pub fn rope_tables(config: &DecoderConfig, positions: &[usize]) -> (Vec<f32>, Ve
         }
     }
     (cos, sin)
-}
-
-/// The `mask` input `[1, 1, T, context]` for `t` tokens written at slots
-/// `first_position..first_position + t`: query `i` sees slots `0..=first_position + i`, every
-/// other slot (later tokens, unfilled cache) gets −1e4.
-pub fn causal_mask(context: usize, first_position: usize, t: usize) -> Vec<f32> {
-    let mut mask = vec![MASK_NEG; t * context];
-    for i in 0..t {
-        let visible = (first_position + i + 1).min(context);
-        mask[i * context..i * context + visible].fill(0.0);
-    }
-    mask
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn mask_is_causal_over_the_cache() {
-        let m = causal_mask(8, 3, 2);
-        assert_eq!(
-            &m[..8],
-            &[0., 0., 0., 0., MASK_NEG, MASK_NEG, MASK_NEG, MASK_NEG]
-        );
-        assert_eq!(&m[8..], &[0., 0., 0., 0., 0., MASK_NEG, MASK_NEG, MASK_NEG]);
-    }
 }

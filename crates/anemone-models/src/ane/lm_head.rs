@@ -9,6 +9,7 @@ use super::norm::rms_norm;
 use super::options::{ChunkOptions, MAX_ANE_DIM};
 use super::weights::{dense, load_checked, PreparedWeight, WeightCompressor};
 use super::AneError;
+use crate::families::decoder::tensor_names::{EMBED_TOKENS, FINAL_NORM, LM_HEAD};
 
 pub const FUNCTION: &str = "lm_head";
 pub const INPUT: &str = "hidden_states";
@@ -36,13 +37,13 @@ pub fn build_lm_head_program(
     let (h, vocab) = (c.hidden_size, c.vocab_size);
     let dtype = options.precision.dtype();
     let head_name = if c.tie_word_embeddings {
-        "model.embed_tokens.weight"
+        EMBED_TOKENS
     } else {
-        "lm_head.weight"
+        LM_HEAD
     };
     let norm = dense(
         vec![h],
-        &load_checked(checkpoint, "model.norm.weight", &[h])?,
+        &load_checked(checkpoint, FINAL_NORM, &[h])?,
         options.precision,
     )?;
     let head = load_checked(checkpoint, head_name, &[vocab, h])?;

@@ -39,6 +39,8 @@ pub enum AneError {
     },
     #[error("unsupported model: {problem}")]
     Unsupported { problem: String },
+    #[error(transparent)]
+    Config(#[from] anemone_checkpoint::InvalidConfig),
     /// A [`WeightCompressor`] could not compress a weight.
     #[error("compressing tensor `{tensor}`: {source}")]
     Compression {

@@ -10,6 +10,7 @@ use anemone_mil::{FunctionBuilder, TensorData, Var};
 
 use super::options::Precision;
 use super::AneError;
+use crate::families::decoder::tensor_names;
 
 /// A weight in the form it is written to the package.
 #[derive(Debug, Clone, PartialEq)]
@@ -153,7 +154,7 @@ impl LayerWeights {
             c.intermediate_size,
             c.head_dim,
         );
-        let name = |s: &str| format!("model.layers.{index}.{s}");
+        let name = |s: &str| tensor_names::layer(index, s);
         let vector = |tensor: String, n: usize| -> Result<TensorData, AneError> {
             let values = load_checked(checkpoint, &tensor, &[n])?;
             dense(vec![n], &values, precision)

@@ -12,6 +12,7 @@ use super::manifest::{HostEntry, HOST_FILE};
 use super::BundleError;
 use crate::ane::weights::load_checked;
 use crate::ane::Precision;
+use crate::families::decoder::tensor_names::{EMBED_TOKENS, FINAL_NORM, LM_HEAD};
 
 fn encode(values: Vec<f32>, precision: Precision) -> Vec<u8> {
     match precision {
@@ -32,12 +33,9 @@ pub fn write_host_file(
 ) -> Result<HostEntry, BundleError> {
     let c = &checkpoint.config;
     let (h, vocab) = (c.hidden_size, c.vocab_size);
-    let mut names = vec![
-        ("model.embed_tokens.weight", vec![vocab, h]),
-        ("model.norm.weight", vec![h]),
-    ];
+    let mut names = vec![(EMBED_TOKENS, vec![vocab, h]), (FINAL_NORM, vec![h])];
     if with_head && !c.tie_word_embeddings {
-        names.push(("lm_head.weight", vec![vocab, h]));
+        names.push((LM_HEAD, vec![vocab, h]));
     }
     // one tensor's f32 copy at a time; only the encoded bytes are kept
     let mut encoded = Vec::with_capacity(names.len());

@@ -26,7 +26,16 @@ pub fn read_manifest(dir: &Path) -> Result<Manifest, BundleError> {
             ),
         });
     }
-    serde_json::from_value(value).map_err(|e| BundleError::Json { path, source: e })
+    let manifest: Manifest = serde_json::from_value(value).map_err(|e| BundleError::Json {
+        path: path.clone(),
+        source: e,
+    })?;
+    // The architecture is a family name: one the registry does not know cannot be run.
+    crate::families::by_name(manifest.architecture.name()).map_err(|e| BundleError::Schema {
+        path,
+        problem: e.to_string(),
+    })?;
+    Ok(manifest)
 }
 
 /// The outcome of checking one file against the manifest.

@@ -67,7 +67,7 @@ pub fn convert(
     let config = &checkpoint.config;
     check_supported(config)?;
     options.chunk.validate(config.max_position_embeddings)?;
-    checkpoint.validate()?;
+    crate::families::validate_checkpoint(checkpoint)?;
     let plan = plan_chunks(config, options.sizing, options.chunk.precision)?;
     if out.symlink_metadata().is_ok() && !options.force {
         return Err(BundleError::Exists {
@@ -117,28 +117,11 @@ pub fn convert(
     })
 }
 
+/// The config's consistency ([`DecoderConfig::validate`](anemone_checkpoint::DecoderConfig::validate))
+/// and the dimensions one ANE op takes.
 fn check_supported(config: &anemone_checkpoint::DecoderConfig) -> Result<(), BundleError> {
+    config.validate().map_err(ane::AneError::from)?;
     let bad = |problem: String| Err(ane::AneError::Unsupported { problem }.into());
-    if config.num_attention_heads == 0
-        || config.num_key_value_heads == 0
-        || !config
-            .num_attention_heads
-            .is_multiple_of(config.num_key_value_heads)
-    {
-        return bad(format!(
-            "{} attention heads are not a multiple of {} key/value heads",
-            config.num_attention_heads, config.num_key_value_heads
-        ));
-    }
-    if config.head_dim == 0 || !config.head_dim.is_multiple_of(2) {
-        return bad(format!(
-            "head_dim {} must be positive and even (RoPE rotates halves)",
-            config.head_dim
-        ));
-    }
-    if config.num_hidden_layers == 0 {
-        return bad("the model has no layers".into());
-    }
     for (what, d) in [
         ("hidden_size", config.hidden_size),
         ("intermediate_size", config.intermediate_size),
@@ -297,7 +280,7 @@ fn write_contents(
             name: "anemone".into(),
             version: env!("CARGO_PKG_VERSION").into(),
         },
-        architecture: config.architecture,
+        architecture: config.architecture.clone(),
         config: config.clone(),
         conversion: Conversion {
             spec_version: anemone_mil::SpecVersion::V9.number(),

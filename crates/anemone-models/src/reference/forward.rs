@@ -7,6 +7,7 @@ use super::kernels::{axpy, dot, matmul_t, rms_norm_into, rms_norm_rows, silu, so
 use super::rope::Rope;
 use super::weights::{LayerWeights, Weights};
 use super::LogitsFor;
+use crate::attention::visible_slots;
 use anemone_checkpoint::DecoderConfig;
 use rayon::prelude::*;
 
@@ -128,7 +129,7 @@ fn attention_block(
             let (row, head) = (task / heads, task % heads);
             let kv_offset = (head / group) * d;
             let query = &q[row * q_dim + head * d..row * q_dim + (head + 1) * d];
-            let visible = first_position + row + 1;
+            let visible = visible_slots(first_position, row);
             let mut scores: Vec<f32> = (0..visible)
                 .map(|t| {
                     let key = &keys[t * kv_dim + kv_offset..t * kv_dim + kv_offset + d];

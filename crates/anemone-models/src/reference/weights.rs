@@ -5,6 +5,7 @@
 //! weights; the math is exactly the separate projections'.
 
 use super::ForwardError;
+use crate::families::decoder::tensor_names::{self, EMBED_TOKENS, FINAL_NORM, LM_HEAD};
 use anemone_checkpoint::{Checkpoint, DecoderConfig};
 
 pub struct LayerWeights {
@@ -49,16 +50,16 @@ impl Weights {
             config.intermediate_size,
             config.head_dim,
         );
-        let embed_tokens = load("model.embed_tokens.weight".into(), &[config.vocab_size, h])?;
+        let embed_tokens = load(EMBED_TOKENS.into(), &[config.vocab_size, h])?;
         let lm_head = if config.tie_word_embeddings {
             None
         } else {
-            Some(load("lm_head.weight".into(), &[config.vocab_size, h])?)
+            Some(load(LM_HEAD.into(), &[config.vocab_size, h])?)
         };
-        let final_norm = load("model.norm.weight".into(), &[h])?;
+        let final_norm = load(FINAL_NORM.into(), &[h])?;
         let mut layers = Vec::with_capacity(config.num_hidden_layers);
         for i in 0..config.num_hidden_layers {
-            let name = |s: &str| format!("model.layers.{i}.{s}");
+            let name = |s: &str| tensor_names::layer(i, s);
             let mut qkv = load(name("self_attn.q_proj.weight"), &[q, h])?;
             qkv.extend(load(name("self_attn.k_proj.weight"), &[kv, h])?);
             qkv.extend(load(name("self_attn.v_proj.weight"), &[kv, h])?);
@@ -126,32 +127,10 @@ fn load_checked(
     Ok(data)
 }
 
-/// Checks the config's internal consistency before any weight is read.
+/// Checks the config's internal consistency ([`DecoderConfig::validate`]) before any weight is
+/// read.
 pub fn check_config(config: &DecoderConfig) -> Result<(), ForwardError> {
-    let bad = |problem: String| Err(ForwardError::Config { problem });
-    if config.num_attention_heads == 0 || config.num_key_value_heads == 0 {
-        return bad("attention and key/value head counts must be positive".into());
-    }
-    if !config
-        .num_attention_heads
-        .is_multiple_of(config.num_key_value_heads)
-    {
-        return bad(format!(
-            "num_attention_heads {} is not a multiple of num_key_value_heads {}",
-            config.num_attention_heads, config.num_key_value_heads
-        ));
-    }
-    if config.head_dim == 0 || !config.head_dim.is_multiple_of(2) {
-        return bad(format!(
-            "head_dim {} must be positive and even (RoPE rotates halves)",
-            config.head_dim
-        ));
-    }
-    if config.hidden_size == 0 || config.vocab_size == 0 || config.intermediate_size == 0 {
-        return bad("hidden_size, intermediate_size and vocab_size must be positive".into());
-    }
-    if config.rope_theta.is_nan() || config.rope_theta <= 0.0 {
-        return bad(format!("rope_theta {} must be positive", config.rope_theta));
-    }
-    Ok(())
+    config
+        .validate()
+        .map_err(|e| ForwardError::Config { problem: e.problem })
 }

@@ -5,14 +5,11 @@ use std::path::Path;
 
 use anemone_checkpoint::TokenizerBundle;
 use anemone_models::bundle::Manifest;
+use anemone_models::families::decoder::tensor_names::{EMBED_TOKENS as EMBED, FINAL_NORM, LM_HEAD};
 use half::f16;
 use rayon::prelude::*;
 
 use super::PipelineError;
-
-const EMBED: &str = "model.embed_tokens.weight";
-const FINAL_NORM: &str = "model.norm.weight";
-const LM_HEAD: &str = "lm_head.weight";
 
 /// Host tensors as f32, in Hugging Face layout (`[vocab, hidden]` rows).
 pub struct HostWeights {

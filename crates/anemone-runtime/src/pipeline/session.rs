@@ -5,7 +5,10 @@ use std::collections::HashMap;
 
 use anemone_exec::Tensor;
 use anemone_mil::DType;
-use anemone_models::ane::{io::rope_tables, lm_head, names};
+use anemone_models::ane::{
+    io::{causal_mask, rope_tables},
+    lm_head, names,
+};
 
 use super::{backend_error, Pipeline, PipelineError};
 use crate::backend::Backend;
@@ -356,17 +359,6 @@ fn column(data: &[f32], rows: usize, t: usize, col: usize) -> Vec<f32> {
     (0..rows).map(|r| data[r * t + col]).collect()
 }
 
-/// The `mask` input `[1, 1, t, context]` for `t` tokens written at slots `first..first + t`:
-/// query `i` sees slots `0..=first + i`; every other slot gets `hidden` (finite, −1e4).
-pub fn causal_mask(context: usize, first: usize, t: usize, hidden: f32) -> Vec<f32> {
-    let mut mask = vec![hidden; t * context];
-    for i in 0..t {
-        let visible = (first + i + 1).min(context);
-        mask[i * context..i * context + visible].fill(0.0);
-    }
-    mask
-}
-
 impl<B: Backend> LogitsModel for Session<'_, B> {
     fn reset(&mut self) {
         Session::reset(self)
@@ -396,13 +388,6 @@ impl<B: Backend> LogitsModel for Session<'_, B> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn mask_hides_future_and_unfilled_slots() {
-        let m = causal_mask(6, 2, 2, -1e4);
-        assert_eq!(&m[..6], &[0., 0., 0., -1e4, -1e4, -1e4]);
-        assert_eq!(&m[6..], &[0., 0., 0., 0., -1e4, -1e4]);
-    }
 
     #[test]
     fn column_reads_one_token_of_bc1s() {

@@ -4,7 +4,6 @@
 
 use std::path::{Path, PathBuf};
 
-use anemone_checkpoint::Checkpoint;
 use anemone_models::ane::{ChunkOptions, ChunkSizing, LmHeadPlacement, Uncompressed};
 use anemone_models::bundle::{convert, ConvertOptions};
 
@@ -78,7 +77,8 @@ pub fn small_options(chunk: ChunkOptions) -> ConvertOptions {
 
 /// Converts `model` into `out` (a fresh path).
 pub fn convert_to(model: &Path, out: &Path, options: &ConvertOptions) {
-    let checkpoint = Checkpoint::open(model).unwrap_or_else(|e| panic!("{}: {e}", model.display()));
+    let checkpoint = anemone_models::open_checkpoint(model)
+        .unwrap_or_else(|e| panic!("{}: {e}", model.display()));
     convert(&checkpoint, out, options, &Uncompressed, &mut |_| {})
         .unwrap_or_else(|e| panic!("converting {}: {e}", model.display()));
 }

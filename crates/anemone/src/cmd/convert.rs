@@ -4,7 +4,6 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anemone_checkpoint::Checkpoint;
 use anemone_models::ane::{
     ChunkOptions, ChunkSizing, LmHeadPlacement, NormForm, Precision, StateLayout, Uncompressed,
     WeightCompressor,
@@ -89,7 +88,7 @@ pub struct ConvertArgs {
 
 pub fn run(args: ConvertArgs) -> Result<()> {
     let started = Instant::now();
-    let checkpoint = Checkpoint::open(&args.model)
+    let checkpoint = anemone_models::open_checkpoint(&args.model)
         .with_context(|| format!("cannot open checkpoint {}", args.model.display()))?;
     let sizing = match (args.layers_per_chunk, args.chunk_size_mb) {
         (_, Some(mb)) => ChunkSizing::MaxMegabytes(mb),

@@ -105,7 +105,7 @@ pub fn run(args: GateArgs) -> Result<()> {
         None => gate::default_prompts(),
     };
     let spinner = spinner(format!("loading reference {}", args.reference.display()));
-    let checkpoint = Checkpoint::open(&args.reference)
+    let checkpoint = anemone_models::open_checkpoint(&args.reference)
         .with_context(|| format!("opening reference {}", args.reference.display()))?;
     let mut reference = ReferenceModel::load(
         &checkpoint,

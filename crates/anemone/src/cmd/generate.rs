@@ -212,7 +212,7 @@ fn run_model<M: LogitsModel>(
 
 fn load_checkpoint(args: &GenerateArgs) -> Result<Checkpoint> {
     let spinner = spinner(format!("opening {}", args.model.display()));
-    let checkpoint = Checkpoint::open(&args.model)
+    let checkpoint = anemone_models::open_checkpoint(&args.model)
         .with_context(|| format!("opening checkpoint {}", args.model.display()))?;
     spinner.finish_and_clear();
     Ok(checkpoint)

@@ -1,24 +1,22 @@
-//! GGUF metadata (`{arch}.*` hyperparameters) → [`DecoderConfig`].
+//! GGUF metadata (`{arch}.*` hyperparameters) → [`DecoderConfig`] for the decoder families, with
+//! each family's rules.
 
-use super::metadata::Metadata;
-use super::tokenizer::GgufTokenizer;
-use crate::config::{Architecture, DecoderConfig};
-use crate::error::{CheckpointError, Result};
+use anemone_checkpoint::gguf::tokenizer::GgufTokenizer;
+use anemone_checkpoint::gguf::{GgufFile, Metadata};
+use anemone_checkpoint::{Architecture, CheckpointError, DecoderConfig, Result};
 
 /// llama.cpp's RoPE base when the file does not state one.
 const DEFAULT_ROPE_THETA: f64 = 10_000.0;
 
-/// The architecture a file declares in `general.architecture`.
-pub fn architecture(meta: &Metadata) -> Result<Architecture> {
-    let name = meta.str("general.architecture")?;
-    match name {
-        "llama" => Ok(Architecture::Llama),
-        "qwen2" => Ok(Architecture::Qwen2),
-        "qwen3" => Ok(Architecture::Qwen3),
-        other => Err(CheckpointError::UnknownArchitecture {
-            arch: other.to_string(),
-        }),
-    }
+/// What distinguishes one decoder family's GGUF metadata.
+#[derive(Debug, Clone, Copy)]
+pub struct GgufRules {
+    /// The family name the config records.
+    pub architecture: &'static str,
+    /// `general.architecture`, also the prefix of the hyperparameter keys (`{prefix}.block_count`).
+    pub key_prefix: &'static str,
+    /// Per-head RMSNorm of Q and K (always present in the family).
+    pub qk_norm: bool,
 }
 
 /// What the tensor list says about the model, which the metadata does not.
@@ -38,13 +36,28 @@ const MAX_DIM: usize = 1 << 32;
 /// Tensors every decoder layer has at least (norms, q/k/v/o, gate/up/down).
 const MIN_TENSORS_PER_LAYER: usize = 9;
 
-pub fn decoder_config(
-    meta: &Metadata,
-    tensors: TensorFacts,
+impl TensorFacts {
+    /// The facts of a file's tensor list (llama.cpp names).
+    pub fn of(file: &GgufFile) -> Self {
+        let find = |name: &str| file.tensors.iter().find(|t| t.name == name);
+        Self {
+            has_output: find("output.weight").is_some(),
+            has_q_bias: find("blk.0.attn_q.bias").is_some(),
+            embedding_rows: find("token_embd.weight").and_then(|t| t.hf_shape().first().copied()),
+            count: file.tensors.len(),
+        }
+    }
+}
+
+/// Parses the metadata of a file whose `general.architecture` named a family with `rules`.
+pub fn parse(
+    file: &GgufFile,
+    rules: &GgufRules,
     tokenizer: Option<&GgufTokenizer>,
 ) -> Result<DecoderConfig> {
-    let architecture = architecture(meta)?;
-    let arch = architecture.name();
+    let meta = &file.metadata;
+    let tensors = TensorFacts::of(file);
+    let arch = rules.key_prefix;
     let key = |k: &str| format!("{arch}.{k}");
     let positive = |k: &str| -> Result<usize> {
         let k = key(k);
@@ -140,7 +153,7 @@ pub fn decoder_config(
         ),
     };
     Ok(DecoderConfig {
-        architecture,
+        architecture: Architecture::new(rules.architecture),
         hidden_size,
         intermediate_size,
         num_hidden_layers,
@@ -154,7 +167,7 @@ pub fn decoder_config(
         rms_norm_eps: meta.f64(&key("attention.layer_norm_rms_epsilon"))?,
         tie_word_embeddings: !tensors.has_output,
         attention_bias: tensors.has_q_bias,
-        qk_norm: architecture == Architecture::Qwen3,
+        qk_norm: rules.qk_norm,
         max_position_embeddings: positive("context_length")?,
         bos_token_id,
         eos_token_ids,
