@@ -3,19 +3,13 @@
 use std::collections::HashSet;
 
 use crate::error::{MilError, Result};
-use crate::infer::{infer, OperandTypes};
-use crate::op::{BinaryOp, ConvParams, GeluMode, Op, ReduceOp, UnaryOp};
-use crate::program::{Function, Operation, ValueInfo, Var};
-use crate::tensor::TensorData;
-use crate::types::{DType, TensorType, ValueType};
-use crate::verify::verify_function;
-
-/// Whether `name` is a MIL identifier: `[A-Za-z_][A-Za-z0-9_]*`.
-pub fn is_valid_identifier(name: &str) -> bool {
-    let mut chars = name.chars();
-    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-}
+use crate::ir::identifier::is_valid_identifier;
+use crate::ir::op::{BinaryOp, ConvParams, GeluMode, Op, ReduceOp, UnaryOp};
+use crate::ir::program::{Function, Operation, ValueInfo, Var};
+use crate::ir::tensor::TensorData;
+use crate::ir::types::{DType, TensorType, ValueType};
+use crate::valid::infer::{infer, OperandTypes};
+use crate::valid::verify_function;
 
 /// Builds one [`Function`]. Every method checks its operands and returns typed errors naming
 /// the op; values are referred to by [`Var`] handles of this builder.
@@ -190,7 +184,7 @@ impl FunctionBuilder {
         self.push_named(name, op, &names)
     }
 
-    /// Adds any op with explicit output value names (used by the decoder).
+    /// Adds any op with explicit output value names (used by the proto reader).
     pub fn push_named(
         &mut self,
         name: &str,
