@@ -1,5 +1,5 @@
-//! Core ML ML Program model: typed ops as a closed enum, a shape-checking builder, proto and
-//! weight.bin encoding, .mlpackage read/write and a MIL text printer.
+//! Core ML ML Program model: typed ops as a closed enum, a shape-checking builder, protobuf and
+//! weight.bin reading and writing, .mlpackage read/write and a MIL text printer.
 //!
 //! ```
 //! use anemone_mil::{DType, FunctionBuilder, Program, SpecVersion, TensorData, TensorType, WriteOptions};
@@ -35,16 +35,16 @@
 //!
 //! Several functions added to one [`Program`] share weights: identical const data is written
 //! once to `weight.bin` and referenced by offset from every function that uses it.
-
-//! Layout (after naga): [`ir`](crate#layout) holds the types, constant data, programs, the
-//! closed [`Op`] enum, the op signature table ([`OpKind::signature`]: every op's MIL type name
-//! and argument names, the one place they are spelled) and the identifier rules; `valid` is the
-//! verifier with the type and shape inference it shares with `builder` ([`FunctionBuilder`]);
-//! `read` turns protobuf + weight.bin into IR ([`read_model_proto`]) and `write` turns IR into
-//! protobuf + weight.bin ([`write_model_proto`]), both over the `blob` (weight.bin) and `proto`
-//! (element type codes) helpers; `package` reads and writes the `.mlpackage` layout and `print`
-//! renders MIL text. Imports only point down that list: `valid` never sees the writer, `read`
-//! and `write` never see each other, and every public item is re-exported at the crate root.
+//!
+//! Layout (after naga): `ir` holds the types, constant data, programs, the closed [`Op`] enum,
+//! the op signature table ([`OpKind::signature`]: every op's MIL type name and argument names,
+//! the one place they are spelled) and the identifier rules; `valid` is the verifier with the
+//! type and shape inference it shares with `builder` ([`FunctionBuilder`]); `read` turns
+//! protobuf + weight.bin into IR ([`read_model_proto`]) and `write` turns IR into protobuf +
+//! weight.bin ([`write_model_proto`]), both over the `blob` (weight.bin) and `proto` (element
+//! type codes) helpers; `package` reads and writes the `.mlpackage` layout and `print` renders
+//! MIL text. Imports only point down that list: `valid` never sees the writer, `read` and
+//! `write` never see each other, and every public item is re-exported at the crate root.
 
 mod blob;
 mod builder;

@@ -286,7 +286,7 @@ fn functions_read_back_share_weight_buffers() {
 fn corrupted_bytes_never_panic() {
     let enc = write_model_proto(&common::two_function_program()).unwrap();
     let blob = || BlobFile::parse("weight.bin", enc.weights.clone()).unwrap();
-    let mut decoded_ok = 0;
+    let mut read_ok = 0;
     for i in (0..enc.model.len()).step_by(7) {
         for flip in [0x01u8, 0x80, 0xFF] {
             let mut m = enc.model.clone();
@@ -294,14 +294,14 @@ fn corrupted_bytes_never_panic() {
             let blobs = [("weight.bin".to_string(), blob())].into();
             let r =
                 std::panic::catch_unwind(|| read_model_proto("model.mlmodel", &m, &blobs).is_ok());
-            decoded_ok += r
-                .unwrap_or_else(|_| panic!("panic decoding model with byte {i} ^ {flip:#x}"))
+            read_ok += r
+                .unwrap_or_else(|_| panic!("panic reading model with byte {i} ^ {flip:#x}"))
                 as usize;
         }
     }
     assert!(
-        decoded_ok > 0,
-        "no corruption decoded at all: the harness is not exercising the decoder"
+        read_ok > 0,
+        "no corruption read at all: the harness is not exercising the reader"
     );
     for i in 0..enc.weights.len().min(4096) {
         let mut w = enc.weights.clone();

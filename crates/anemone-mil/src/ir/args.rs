@@ -176,3 +176,159 @@ impl Op {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::op::{ConvParams, GeluMode};
+    use crate::ir::signature::{OpKind, Slot};
+    use crate::ir::types::DType;
+
+    fn data(n: usize) -> TensorData {
+        TensorData::f16_from_f32(vec![n], &vec![0.5; n]).unwrap()
+    }
+
+    /// One op of each kind with every optional argument bound.
+    fn sample(kind: OpKind) -> Op {
+        let (x, y, z, w) = (Var(0), Var(1), Var(2), Var(3));
+        match kind {
+            OpKind::Const => Op::Const { value: data(4) },
+            OpKind::ReadState => Op::ReadState { input: x },
+            OpKind::WriteState => Op::WriteState { input: x, data: y },
+            OpKind::SliceUpdate => Op::SliceUpdate {
+                x,
+                update: y,
+                begin: z,
+                end: w,
+            },
+            OpKind::Conv => Op::Conv {
+                x,
+                weight: y,
+                bias: Some(z),
+                params: ConvParams::default(),
+            },
+            OpKind::Matmul => Op::Matmul {
+                x,
+                y,
+                transpose_x: false,
+                transpose_y: true,
+            },
+            OpKind::Linear => Op::Linear {
+                x,
+                weight: y,
+                bias: Some(z),
+            },
+            OpKind::Softmax => Op::Softmax { x, axis: 1 },
+            OpKind::LayerNorm => Op::LayerNorm {
+                x,
+                axes: vec![1],
+                gamma: Some(y),
+                beta: Some(z),
+                epsilon: 1e-5,
+            },
+            OpKind::Reduce(kind) => Op::Reduce {
+                kind,
+                x,
+                axes: vec![0],
+                keep_dims: true,
+            },
+            OpKind::Unary(kind) => Op::Unary { kind, x },
+            OpKind::Rsqrt => Op::Rsqrt { x, epsilon: 1e-6 },
+            OpKind::Gelu => Op::Gelu {
+                x,
+                mode: GeluMode::TanhApproximation,
+            },
+            OpKind::Binary(kind) => Op::Binary { kind, x, y },
+            OpKind::SliceByIndex => Op::SliceByIndex {
+                x,
+                begin: vec![0],
+                end: vec![1],
+                stride: vec![1],
+            },
+            OpKind::Concat => Op::Concat {
+                values: vec![x, y],
+                axis: 0,
+            },
+            OpKind::Split => Op::Split {
+                x,
+                split_sizes: vec![1, 1],
+                axis: 0,
+            },
+            OpKind::Reshape => Op::Reshape { x, shape: vec![2] },
+            OpKind::Transpose => Op::Transpose { x, perm: vec![0] },
+            OpKind::ExpandDims => Op::ExpandDims { x, axes: vec![0] },
+            OpKind::Squeeze => Op::Squeeze { x, axes: vec![0] },
+            OpKind::Cast => Op::Cast {
+                x,
+                dtype: DType::F32,
+            },
+            OpKind::ConstexprBlockwiseShiftScale => Op::ConstexprBlockwiseShiftScale {
+                data: data(4),
+                scale: data(2),
+                offset: Some(data(2)),
+            },
+            OpKind::ConstexprLutToDense => Op::ConstexprLutToDense {
+                indices: data(4),
+                lut: data(2),
+            },
+        }
+    }
+
+    fn names(slots: &[Slot]) -> Vec<&'static str> {
+        slots.iter().map(|s| s.name).collect()
+    }
+
+    #[test]
+    fn every_op_variant_round_trips_through_the_table() {
+        for kind in OpKind::all() {
+            let op = sample(kind);
+            assert_eq!(op.kind(), kind);
+            let sig = kind.signature();
+            assert_eq!(op.mil_type(), sig.mil_type);
+            let operands: Vec<_> = op.operand_args().iter().map(|(k, _)| *k).collect();
+            assert_eq!(operands, names(sig.operands), "{kind:?} operands");
+            let params: Vec<_> = op.param_args().iter().map(|(k, _)| *k).collect();
+            assert_eq!(params, names(sig.params), "{kind:?} params");
+            let payloads: Vec<_> = op.payload_args().iter().map(|(k, _)| *k).collect();
+            assert_eq!(payloads, names(sig.payloads), "{kind:?} payloads");
+        }
+    }
+
+    #[test]
+    fn absent_optional_arguments_are_left_out_and_required_ones_never_are() {
+        let without_optionals = [
+            Op::Conv {
+                x: Var(0),
+                weight: Var(1),
+                bias: None,
+                params: ConvParams::default(),
+            },
+            Op::LayerNorm {
+                x: Var(0),
+                axes: vec![0],
+                gamma: None,
+                beta: None,
+                epsilon: 0.0,
+            },
+            Op::ConstexprBlockwiseShiftScale {
+                data: data(4),
+                scale: data(2),
+                offset: None,
+            },
+        ];
+        for op in without_optionals {
+            let sig = op.kind().signature();
+            let required = |slots: &[Slot]| -> Vec<&'static str> {
+                slots
+                    .iter()
+                    .filter(|s| s.is_required())
+                    .map(|s| s.name)
+                    .collect()
+            };
+            let operands: Vec<_> = op.operand_args().iter().map(|(k, _)| *k).collect();
+            assert_eq!(operands, required(sig.operands), "{}", sig.mil_type);
+            let payloads: Vec<_> = op.payload_args().iter().map(|(k, _)| *k).collect();
+            assert_eq!(payloads, required(sig.payloads), "{}", sig.mil_type);
+        }
+    }
+}

@@ -122,7 +122,7 @@ impl Default for ConvParams {
 }
 
 /// One MIL operation. Tensor operands are [`Var`]s; static parameters (axes, epsilon, shapes…)
-/// are plain values, written as separate `const` ops named `{op}_{param}` by the encoder.
+/// are plain values, written as separate `const` ops named `{op}_{param}` by the proto writer.
 /// Axes are normalized to non-negative by the builder.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Op {

@@ -366,3 +366,45 @@ impl OpKind {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use super::*;
+
+    #[test]
+    fn mil_type_names_are_unique_and_parse_back() {
+        let mut seen = HashSet::new();
+        for kind in OpKind::all() {
+            assert!(seen.insert(kind.mil_type()), "{} twice", kind.mil_type());
+            assert_eq!(OpKind::from_mil_type(kind.mil_type()), Some(kind));
+        }
+        assert_eq!(OpKind::from_mil_type("frobnicate"), None);
+    }
+
+    #[test]
+    fn each_argument_name_has_one_slot_per_op() {
+        for kind in OpKind::all() {
+            let sig = kind.signature();
+            let mut seen = HashSet::new();
+            for slot in sig.input_slots() {
+                assert!(
+                    seen.insert(slot.name),
+                    "{}: `{}` twice",
+                    sig.mil_type,
+                    slot.name
+                );
+            }
+            assert!(
+                sig.params
+                    .iter()
+                    .chain(sig.foreign_params)
+                    .chain(sig.payloads)
+                    .all(|s| s.presence != Presence::Variadic),
+                "{}: only operands are variadic",
+                sig.mil_type
+            );
+        }
+    }
+}
