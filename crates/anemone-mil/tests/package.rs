@@ -294,8 +294,7 @@ fn corrupted_bytes_never_panic() {
             let blobs = [("weight.bin".to_string(), blob())].into();
             let r =
                 std::panic::catch_unwind(|| read_model_proto("model.mlmodel", &m, &blobs).is_ok());
-            read_ok += r
-                .unwrap_or_else(|_| panic!("panic reading model with byte {i} ^ {flip:#x}"))
+            read_ok += r.unwrap_or_else(|_| panic!("panic reading model with byte {i} ^ {flip:#x}"))
                 as usize;
         }
     }

@@ -221,7 +221,10 @@ ct.utils.save_multifunction(d, f"{out}/mf.mlpackage")
         "constexpr_lut_to_dense",
         "softmax",
     ] {
-        assert!(types.contains(&t), "read-back decode() lacks {t}: {types:?}");
+        assert!(
+            types.contains(&t),
+            "read-back decode() lacks {t}: {types:?}"
+        );
     }
     assert_eq!(dec.state_inputs().count(), 1);
     let single = read_package(&dir.path().join("f4.mlpackage")).unwrap();
