@@ -66,6 +66,7 @@ pub struct Slot {
 }
 
 impl Slot {
+    /// Whether a reader must find this argument bound (required and variadic slots).
     pub fn is_required(self) -> bool {
         self.presence != Presence::Optional
     }
