@@ -62,5 +62,5 @@ pub use package::{read_package, write_package, PackageSummary, WriteOptions};
 pub use print::{print_function, print_program};
 pub use program::{Function, Operation, Program, ValueInfo, Var};
 pub use tensor::TensorData;
-pub use types::{DType, SpecVersion, TensorType, ValueType};
+pub use types::{DType, Precision, SpecVersion, TensorType, ValueType};
 pub use verify::{verify_function, verify_program};

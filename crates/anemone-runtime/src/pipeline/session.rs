@@ -3,12 +3,11 @@
 
 use std::collections::HashMap;
 
-use anemone_exec::Tensor;
+use anemone_backend::{Backend, Tensor};
 use anemone_mil::DType;
 use anemone_models::ane::{io::rope_tables, lm_head, names};
 
 use super::{backend_error, Pipeline, PipelineError};
-use crate::backend::Backend;
 use crate::error::RuntimeError;
 use crate::model::LogitsModel;
 
