@@ -14,5 +14,5 @@ pub mod validator;
 pub use golden::assert_golden;
 pub use numeric::{assert_close, cosine, worst, Tier};
 pub use oracle::{oracle_fixtures, OracleFixture};
-pub use paths::{model, models_dir, oracle_root, real_fixture, repo_root};
+pub use paths::{model, models_dir, oracle_encoders_root, oracle_root, real_fixture, repo_root};
 pub use validator::{python, validate_package};

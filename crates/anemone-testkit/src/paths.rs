@@ -41,3 +41,8 @@ pub fn model(name: &str) -> PathBuf {
     );
     path
 }
+
+/// The encoder oracle fixtures (`tools/oracle/make_encoder_fixtures.py`).
+pub fn oracle_encoders_root() -> PathBuf {
+    repo_root().join("tests/fixtures/oracle-encoders")
+}
