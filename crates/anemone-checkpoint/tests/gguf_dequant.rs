@@ -3,7 +3,7 @@
 //!    here from the format description (element → byte/bit), and the expected values come from
 //!    the plain formula (`d·sc·q − dmin·m` …), not from the decoder's loop structure;
 //! 2. seeded random blocks of every type dequantized by the gguf python package
-//!    (`tests/fixtures/gguf_quant_blocks.json`, made by `tests/fixtures/make_gguf_fixtures.py`).
+//!    (`tests/fixtures/gguf/gguf_quant_blocks.json`, made by `tests/fixtures/gguf/make_gguf_fixtures.py`).
 
 use anemone_checkpoint::gguf::dequant::{dequantize, dequantize_serial, GgmlType};
 use half::{bf16, f16};
@@ -297,7 +297,7 @@ fn q6_k_hand_built() {
 
 #[test]
 fn random_blocks_match_gguf_python() {
-    let text = include_str!("fixtures/gguf_quant_blocks.json");
+    let text = include_str!("../../../tests/fixtures/gguf/gguf_quant_blocks.json");
     let fixture: serde_json::Value = serde_json::from_str(text).unwrap();
     let fixture = fixture.as_object().unwrap();
     let mut seen = 0;

@@ -8,8 +8,8 @@ use std::hash::{Hash, Hasher};
 use std::io::{Seek, SeekFrom, Write};
 
 use crate::error::{MilError, Result};
-use crate::tensor::TensorData;
-use crate::types::DType;
+use crate::ir::tensor::TensorData;
+use crate::ir::types::DType;
 
 pub const BLOB_SENTINEL: u32 = 0xDEAD_BEEF;
 pub const BLOB_VERSION: u32 = 2;

@@ -3,19 +3,14 @@
 use std::collections::HashSet;
 
 use crate::error::{MilError, Result};
-use crate::infer::{infer, OperandTypes};
-use crate::op::{BinaryOp, ConvParams, GeluMode, Op, ReduceOp, UnaryOp};
-use crate::program::{Function, Operation, ValueInfo, Var};
-use crate::tensor::TensorData;
-use crate::types::{DType, TensorType, ValueType};
-use crate::verify::verify_function;
-
-/// Whether `name` is a MIL identifier: `[A-Za-z_][A-Za-z0-9_]*`.
-pub fn is_valid_identifier(name: &str) -> bool {
-    let mut chars = name.chars();
-    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-}
+use crate::ir::identifier::is_valid_identifier;
+use crate::ir::op::{BinaryOp, ConvParams, GeluMode, Op, ReduceOp, UnaryOp};
+use crate::ir::program::{Function, Operation, ValueInfo, Var};
+use crate::ir::signature::OpKind;
+use crate::ir::tensor::TensorData;
+use crate::ir::types::{DType, TensorType, ValueType};
+use crate::valid::infer::{infer, OperandTypes};
+use crate::valid::verify_function;
 
 /// Builds one [`Function`]. Every method checks its operands and returns typed errors naming
 /// the op; values are referred to by [`Var`] handles of this builder.
@@ -190,7 +185,7 @@ impl FunctionBuilder {
         self.push_named(name, op, &names)
     }
 
-    /// Adds any op with explicit output value names (used by the decoder).
+    /// Adds any op with explicit output value names (used by the proto reader).
     pub fn push_named(
         &mut self,
         name: &str,
@@ -405,7 +400,7 @@ impl FunctionBuilder {
     // ---- normalization and activations -----------------------------------------------------
 
     pub fn softmax(&mut self, name: &str, x: Var, axis: i64) -> Result<Var> {
-        let axis = self.axis(name, "softmax", x, axis)?;
+        let axis = self.axis(name, OpKind::Softmax.mil_type(), x, axis)?;
         self.push1(name, Op::Softmax { x, axis })
     }
 
@@ -419,7 +414,7 @@ impl FunctionBuilder {
         epsilon: f32,
     ) -> Result<Var> {
         let rank = self.tensor_type(x)?.rank();
-        let axes = self.axes(name, "layer_norm", rank, axes)?;
+        let axes = self.axes(name, OpKind::LayerNorm.mil_type(), rank, axes)?;
         self.push1(
             name,
             Op::LayerNorm {
@@ -556,7 +551,7 @@ impl FunctionBuilder {
         let shape = self.tensor_type(x)?.shape.clone();
         let bad = |detail: String| MilError::TypeMismatch {
             op: name.to_string(),
-            op_type: "slice_by_index",
+            op_type: OpKind::SliceByIndex.mil_type(),
             detail,
         };
         if begin.len() != shape.len()
@@ -598,10 +593,10 @@ impl FunctionBuilder {
     pub fn concat(&mut self, name: &str, values: &[Var], axis: i64) -> Result<Var> {
         let first = *values.first().ok_or_else(|| MilError::TypeMismatch {
             op: name.to_string(),
-            op_type: "concat",
+            op_type: OpKind::Concat.mil_type(),
             detail: "concat of no values".into(),
         })?;
-        let axis = self.axis(name, "concat", first, axis)?;
+        let axis = self.axis(name, OpKind::Concat.mil_type(), first, axis)?;
         self.push1(
             name,
             Op::Concat {
@@ -619,7 +614,7 @@ impl FunctionBuilder {
         split_sizes: &[usize],
         axis: i64,
     ) -> Result<Vec<Var>> {
-        let axis = self.axis(name, "split", x, axis)?;
+        let axis = self.axis(name, OpKind::Split.mil_type(), x, axis)?;
         self.push(
             name,
             Op::Split {
@@ -635,7 +630,7 @@ impl FunctionBuilder {
         let numel = self.tensor_type(x)?.numel();
         let bad = |detail: String| MilError::TypeMismatch {
             op: name.to_string(),
-            op_type: "reshape",
+            op_type: OpKind::Reshape.mil_type(),
             detail,
         };
         let known: i64 = shape
@@ -672,14 +667,14 @@ impl FunctionBuilder {
 
     pub fn expand_dims(&mut self, name: &str, x: Var, axes: &[i64]) -> Result<Var> {
         let rank = self.tensor_type(x)?.rank() + axes.len();
-        let mut axes = self.axes(name, "expand_dims", rank, axes)?;
+        let mut axes = self.axes(name, OpKind::ExpandDims.mil_type(), rank, axes)?;
         axes.sort_unstable();
         self.push1(name, Op::ExpandDims { x, axes })
     }
 
     pub fn squeeze(&mut self, name: &str, x: Var, axes: &[i64]) -> Result<Var> {
         let rank = self.tensor_type(x)?.rank();
-        let mut axes = self.axes(name, "squeeze", rank, axes)?;
+        let mut axes = self.axes(name, OpKind::Squeeze.mil_type(), rank, axes)?;
         axes.sort_unstable();
         self.push1(name, Op::Squeeze { x, axes })
     }

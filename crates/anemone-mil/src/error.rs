@@ -56,7 +56,7 @@ pub enum MilError {
     /// A model.mlmodel that cannot be understood (not protobuf, not an ML program, bad op).
     #[error("model {file}: {detail}")]
     Model { file: String, detail: String },
-    /// An op type this crate does not support, found while decoding.
+    /// An op type this crate does not support, found while reading a model proto.
     #[error("model {file}: function `{function}`: op `{op}` has unsupported type `{op_type}`")]
     UnsupportedOp {
         file: String,

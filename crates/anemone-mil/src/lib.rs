@@ -1,5 +1,5 @@
-//! Core ML ML Program model: typed ops as a closed enum, a shape-checking builder, proto and
-//! weight.bin encoding, .mlpackage read/write and a MIL text printer.
+//! Core ML ML Program model: typed ops as a closed enum, a shape-checking builder, protobuf and
+//! weight.bin reading and writing, .mlpackage read/write and a MIL text printer.
 //!
 //! ```
 //! use anemone_mil::{DType, FunctionBuilder, Program, SpecVersion, TensorData, TensorType, WriteOptions};
@@ -35,33 +35,41 @@
 //!
 //! Several functions added to one [`Program`] share weights: identical const data is written
 //! once to `weight.bin` and referenced by offset from every function that uses it.
+//!
+//! Layout (after naga): `ir` holds the types, constant data, programs, the closed [`Op`] enum,
+//! the op signature table ([`OpKind::signature`]: every op's MIL type name and argument names,
+//! the one place they are spelled) and the identifier rules; `valid` is the verifier with the
+//! type and shape inference it shares with `builder` ([`FunctionBuilder`]); `read` turns
+//! protobuf + weight.bin into IR ([`read_model_proto`]) and `write` turns IR into protobuf +
+//! weight.bin ([`write_model_proto`]), both over the `blob` (weight.bin) and `proto` (element
+//! type codes) helpers; `package` reads and writes the `.mlpackage` layout and `print` renders
+//! MIL text. Imports only point down that list: `valid` never sees the writer, `read` and
+//! `write` never see each other, and every public item is re-exported at the crate root.
 
 mod blob;
 mod builder;
-mod decode;
-mod encode;
 mod error;
-mod infer;
-mod op;
+mod ir;
 mod package;
 mod print;
-mod program;
+mod proto;
+mod read;
 pub mod staging;
-mod tensor;
-mod types;
-mod verify;
-mod wire;
+mod valid;
+mod write;
 
 pub use blob::{blob_dtype_code, BlobFile, BlobRecord, BlobWriter};
-pub use builder::{is_valid_identifier, FunctionBuilder};
-pub use decode::decode_model;
-pub use encode::{encode_model, EncodedModel};
+pub use builder::FunctionBuilder;
 pub use error::{MilError, Result};
-pub use infer::broadcast_shapes;
-pub use op::{BinaryOp, ConvParams, GeluMode, Op, ReduceOp, UnaryOp};
+pub use ir::identifier::is_valid_identifier;
+pub use ir::op::{BinaryOp, ConvParams, GeluMode, Op, ReduceOp, UnaryOp};
+pub use ir::program::{Function, Operation, Program, ValueInfo, Var};
+pub use ir::signature::{arg, param_const_name, OpKind, Presence, Signature, Slot};
+pub use ir::tensor::TensorData;
+pub use ir::types::{DType, SpecVersion, TensorType, ValueType};
 pub use package::{read_package, write_package, PackageSummary, WriteOptions};
 pub use print::{print_function, print_program};
-pub use program::{Function, Operation, Program, ValueInfo, Var};
-pub use tensor::TensorData;
-pub use types::{DType, SpecVersion, TensorType, ValueType};
-pub use verify::{verify_function, verify_program};
+pub use read::read_model_proto;
+pub use valid::infer::broadcast_shapes;
+pub use valid::{verify_function, verify_program};
+pub use write::{write_model_proto, ModelBytes};

@@ -11,10 +11,10 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 
 use crate::blob::{BlobFile, BlobWriter};
-use crate::decode::decode_model;
-use crate::encode::encode_with_blob;
 use crate::error::{io_err, MilError, Result};
-use crate::program::Program;
+use crate::ir::program::Program;
+use crate::read::read_model_proto;
+use crate::write::write_model_with_blob;
 
 const MODEL_REL: &str = "Data/com.apple.CoreML/model.mlmodel";
 const WEIGHTS_DIR_REL: &str = "Data/com.apple.CoreML/weights";
@@ -106,7 +106,7 @@ fn write_into(program: &Program, dir: &Path) -> Result<PackageSummary> {
     let weight_path = weights_dir.join(WEIGHT_FILE);
     let file = fs::File::create(&weight_path).map_err(io_err(&weight_path))?;
     let mut blob = BlobWriter::new(BufWriter::new(file), &weight_path.display().to_string())?;
-    let model = encode_with_blob(program, &mut blob)?;
+    let model = write_model_with_blob(program, &mut blob)?;
     let blob_count = blob.count();
     let out = blob.finish()?;
     out.into_inner()
@@ -249,5 +249,5 @@ pub fn read_package(path: &Path) -> Result<Program> {
             blobs.insert(name, BlobFile::parse(&p.display().to_string(), bytes)?);
         }
     }
-    decode_model(&model_path.display().to_string(), &model, &blobs)
+    read_model_proto(&model_path.display().to_string(), &model, &blobs)
 }

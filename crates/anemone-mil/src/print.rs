@@ -5,11 +5,11 @@ use std::fmt::Write;
 
 use sha2::{Digest, Sha256};
 
-use crate::encode::{op_operands, op_params, Param};
-use crate::op::Op;
-use crate::program::{Function, Program};
-use crate::tensor::TensorData;
-use crate::types::DType;
+use crate::ir::args::ParamValue;
+use crate::ir::program::{Function, Program};
+use crate::ir::signature::Presence;
+use crate::ir::tensor::TensorData;
+use crate::ir::types::DType;
 
 const INLINE_PRINT_MAX: usize = 16;
 
@@ -30,13 +30,13 @@ fn fmt_data(t: &TensorData) -> String {
     }
 }
 
-fn fmt_param(p: &Param) -> String {
+fn fmt_param(p: &ParamValue) -> String {
     match p {
-        Param::I32(v) => v.to_string(),
-        Param::I32s(v) => format!("{v:?}"),
-        Param::Bool(b) => b.to_string(),
-        Param::Str(s) => format!("{s:?}"),
-        Param::Float(f) => format!("{f:?}"),
+        ParamValue::I32(v) => v.to_string(),
+        ParamValue::I32s(v) => format!("{v:?}"),
+        ParamValue::Bool(b) => b.to_string(),
+        ParamValue::Str(s) => format!("{s:?}"),
+        ParamValue::Float(f) => format!("{f:?}"),
     }
 }
 
@@ -52,36 +52,21 @@ pub fn print_function(f: &Function) -> String {
     for operation in f.operations() {
         let op = &operation.op;
         let mut args: Vec<String> = Vec::new();
-        match op {
-            Op::Const { value } => args.push(format!("val={}", fmt_data(value))),
-            Op::ConstexprBlockwiseShiftScale {
-                data,
-                scale,
-                offset,
-            } => {
-                args.push(format!("data={}", fmt_data(data)));
-                args.push(format!("scale={}", fmt_data(scale)));
-                if let Some(o) = offset {
-                    args.push(format!("offset={}", fmt_data(o)));
-                }
+        let sig = op.kind().signature();
+        for (key, data) in op.payload_args() {
+            args.push(format!("{key}={}", fmt_data(data)));
+        }
+        for (key, vars) in op.operand_args() {
+            let names: Vec<&str> = vars.iter().map(|&v| f.value_name(v)).collect();
+            let variadic = sig.operand(key).map(|s| s.presence) == Some(Presence::Variadic);
+            if variadic {
+                args.push(format!("{key}=({})", names.join(", ")));
+            } else {
+                args.push(format!("{key}={}", names.join(", ")));
             }
-            Op::ConstexprLutToDense { indices, lut } => {
-                args.push(format!("indices={}", fmt_data(indices)));
-                args.push(format!("lut={}", fmt_data(lut)));
-            }
-            _ => {
-                for (key, vars) in op_operands(op) {
-                    let names: Vec<&str> = vars.iter().map(|&v| f.value_name(v)).collect();
-                    if key == "values" {
-                        args.push(format!("{key}=({})", names.join(", ")));
-                    } else {
-                        args.push(format!("{key}={}", names.join(", ")));
-                    }
-                }
-                for (key, p) in op_params(op) {
-                    args.push(format!("{key}={}", fmt_param(&p)));
-                }
-            }
+        }
+        for (key, p) in op.param_args() {
+            args.push(format!("{key}={}", fmt_param(&p)));
         }
         let outs: Vec<String> = operation
             .outputs

@@ -6,8 +6,8 @@ mod common;
 use std::path::Path;
 
 use anemone_mil::{
-    decode_model, encode_model, print_program, read_package, write_package, BlobFile, MilError,
-    WriteOptions,
+    print_program, read_model_proto, read_package, write_model_proto, write_package, BlobFile,
+    MilError, WriteOptions,
 };
 
 fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
@@ -38,13 +38,13 @@ fn round_trip_is_exact() {
         common::constexpr_program(),
         common::encoder_program(),
     ] {
-        let enc = encode_model(&p).unwrap();
+        let enc = write_model_proto(&p).unwrap();
         let blobs = [(
             "weight.bin".to_string(),
             BlobFile::parse("weight.bin", enc.weights.clone()).unwrap(),
         )]
         .into();
-        let back = decode_model("model.mlmodel", &enc.model, &blobs).unwrap();
+        let back = read_model_proto("model.mlmodel", &enc.model, &blobs).unwrap();
         assert_eq!(print_program(&back), print_program(&p));
         assert!(back == p);
     }
@@ -86,7 +86,7 @@ fn shared_weights_are_written_once() {
     use coreml_proto::proto::{mil_spec, model, Model};
     use prost::Message;
     let p = common::two_function_program();
-    let enc = encode_model(&p).unwrap();
+    let enc = write_model_proto(&p).unwrap();
     // wk, wv and the norm weight: 3 blobs, not 6
     assert_eq!(enc.blob_count, 3);
     let m = Model::decode(enc.model.as_slice()).unwrap();
@@ -126,7 +126,7 @@ fn shared_weights_are_written_once() {
 
 #[test]
 fn blob_layout_matches_milblob_v2() {
-    let enc = encode_model(&common::two_function_program()).unwrap();
+    let enc = write_model_proto(&common::two_function_program()).unwrap();
     let w = &enc.weights;
     assert_eq!(u32::from_le_bytes(w[0..4].try_into().unwrap()), 3);
     assert_eq!(u32::from_le_bytes(w[4..8].try_into().unwrap()), 2);
@@ -219,7 +219,7 @@ fn golden_mil_text_and_weights() {
     let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
     let p = common::two_function_program();
     let text = print_program(&p);
-    let enc = encode_model(&p).unwrap();
+    let enc = write_model_proto(&p).unwrap();
     let cases: [(&str, &[u8]); 2] = [
         ("kv_two_function.mil", text.as_bytes()),
         ("kv_two_function.weight.bin", &enc.weights),
@@ -284,23 +284,23 @@ fn functions_read_back_share_weight_buffers() {
 /// never a panic.
 #[test]
 fn corrupted_bytes_never_panic() {
-    let enc = encode_model(&common::two_function_program()).unwrap();
+    let enc = write_model_proto(&common::two_function_program()).unwrap();
     let blob = || BlobFile::parse("weight.bin", enc.weights.clone()).unwrap();
-    let mut decoded_ok = 0;
+    let mut read_ok = 0;
     for i in (0..enc.model.len()).step_by(7) {
         for flip in [0x01u8, 0x80, 0xFF] {
             let mut m = enc.model.clone();
             m[i] ^= flip;
             let blobs = [("weight.bin".to_string(), blob())].into();
-            let r = std::panic::catch_unwind(|| decode_model("model.mlmodel", &m, &blobs).is_ok());
-            decoded_ok += r
-                .unwrap_or_else(|_| panic!("panic decoding model with byte {i} ^ {flip:#x}"))
+            let r =
+                std::panic::catch_unwind(|| read_model_proto("model.mlmodel", &m, &blobs).is_ok());
+            read_ok += r.unwrap_or_else(|_| panic!("panic reading model with byte {i} ^ {flip:#x}"))
                 as usize;
         }
     }
     assert!(
-        decoded_ok > 0,
-        "no corruption decoded at all: the harness is not exercising the decoder"
+        read_ok > 0,
+        "no corruption read at all: the harness is not exercising the reader"
     );
     for i in 0..enc.weights.len().min(4096) {
         let mut w = enc.weights.clone();
@@ -310,7 +310,7 @@ fn corrupted_bytes_never_panic() {
                 return;
             };
             let blobs = [("weight.bin".to_string(), b)].into();
-            let _ = decode_model("model.mlmodel", &enc.model, &blobs);
+            let _ = read_model_proto("model.mlmodel", &enc.model, &blobs);
         });
         assert!(r.is_ok(), "panic on weight.bin byte {i}");
     }
@@ -318,7 +318,7 @@ fn corrupted_bytes_never_panic() {
     for n in (0..enc.model.len()).step_by(13) {
         let blobs = [("weight.bin".to_string(), blob())].into();
         let r = std::panic::catch_unwind(|| {
-            decode_model("model.mlmodel", &enc.model[..n], &blobs).is_ok()
+            read_model_proto("model.mlmodel", &enc.model[..n], &blobs).is_ok()
         });
         assert!(r.is_ok(), "panic on model truncated to {n} bytes");
     }

@@ -111,46 +111,8 @@ fn every_op_type_validates() {
                 .map(|o| o.op.mil_type()),
         );
     }
-    // every Op variant appears in some validated program (keep in sync with the Op enum)
-    for t in [
-        "const",
-        "read_state",
-        "write_state",
-        "slice_update",
-        "conv",
-        "matmul",
-        "linear",
-        "softmax",
-        "layer_norm",
-        "reduce_mean",
-        "reduce_max",
-        "reduce_sum",
-        "sqrt",
-        "exp",
-        "silu",
-        "tanh",
-        "square",
-        "abs",
-        "rsqrt",
-        "gelu",
-        "add",
-        "sub",
-        "mul",
-        "real_div",
-        "maximum",
-        "minimum",
-        "pow",
-        "slice_by_index",
-        "concat",
-        "split",
-        "reshape",
-        "transpose",
-        "expand_dims",
-        "squeeze",
-        "cast",
-        "constexpr_blockwise_shift_scale",
-        "constexpr_lut_to_dense",
-    ] {
+    // every op kind of the signature table appears in some validated program
+    for t in anemone_mil::OpKind::all().map(anemone_mil::OpKind::mil_type) {
         assert!(seen.contains(&t), "no validated program uses {t}");
     }
     write_validate_read(&p, "every_op");
@@ -195,7 +157,7 @@ fn corrupted_package_is_rejected_by_the_validator() {
 }
 
 /// A package written by coremltools itself (stateful, slice_update, constexpr, multi-function)
-/// decodes into our model.
+/// reads into our model.
 #[test]
 fn reads_a_coremltools_multifunction_package() {
     require_coremltools();
@@ -259,7 +221,10 @@ ct.utils.save_multifunction(d, f"{out}/mf.mlpackage")
         "constexpr_lut_to_dense",
         "softmax",
     ] {
-        assert!(types.contains(&t), "decoded decode() lacks {t}: {types:?}");
+        assert!(
+            types.contains(&t),
+            "read-back decode() lacks {t}: {types:?}"
+        );
     }
     assert_eq!(dec.state_inputs().count(), 1);
     let single = read_package(&dir.path().join("f4.mlpackage")).unwrap();
@@ -267,7 +232,7 @@ ct.utils.save_multifunction(d, f"{out}/mf.mlpackage")
     assert_eq!(single.default_function_name(), "main");
     let main = single.function("main").unwrap();
     assert_eq!(main.tensor_type(main.inputs()[0]).shape, [1, 8, 1, 4]);
-    // And what we decoded, we can write again, and coremltools accepts it.
+    // And what we read, we can write again, and coremltools accepts it.
     let again = dir.path().join("again.mlpackage");
     write_package(&p, &again, &WriteOptions::default()).unwrap();
     validate(&again);

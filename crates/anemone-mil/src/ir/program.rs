@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 
 use crate::error::{MilError, Result};
-use crate::op::Op;
-use crate::types::{SpecVersion, TensorType, ValueType};
+use crate::ir::op::Op;
+use crate::ir::types::{SpecVersion, TensorType, ValueType};
 
 /// A value handle, valid within the function that created it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

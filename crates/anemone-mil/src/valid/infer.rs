@@ -2,10 +2,11 @@
 //! matmul transposes, slice bounds, concat axes, constexpr payload layouts).
 
 use crate::error::{MilError, Result};
-use crate::op::{BinaryOp, Op};
-use crate::program::Var;
-use crate::tensor::TensorData;
-use crate::types::{DType, TensorType, ValueType};
+use crate::ir::op::{BinaryOp, Op};
+use crate::ir::program::Var;
+use crate::ir::signature::arg;
+use crate::ir::tensor::TensorData;
+use crate::ir::types::{DType, TensorType, ValueType};
 
 /// What inference needs to know about operands.
 pub(crate) trait OperandTypes {
@@ -134,20 +135,20 @@ pub(crate) fn infer(op_name: &str, op: &Op, env: &dyn OperandTypes) -> Result<Ve
             }
             ValueType::Tensor(value.tensor_type().clone())
         }
-        Op::ReadState { input } => match c.any(*input, "input")? {
+        Op::ReadState { input } => match c.any(*input, arg::INPUT)? {
             ValueType::State(t) => ValueType::Tensor(t.clone()),
             ValueType::Tensor(t) => {
                 return c.fail(format!("operand `input` must be a state, got {t}"))
             }
         },
         Op::WriteState { input, data } => {
-            let st = match c.any(*input, "input")? {
+            let st = match c.any(*input, arg::INPUT)? {
                 ValueType::State(t) => t,
                 ValueType::Tensor(t) => {
                     return c.fail(format!("operand `input` must be a state, got {t}"))
                 }
             };
-            let d = c.tensor(*data, "data")?;
+            let d = c.tensor(*data, arg::DATA)?;
             if d != st {
                 return c.fail(format!("data {d} does not match state {st}"));
             }
@@ -159,13 +160,13 @@ pub(crate) fn infer(op_name: &str, op: &Op, env: &dyn OperandTypes) -> Result<Ve
             begin,
             end,
         } => {
-            let xt = c.tensor(*x, "x")?;
-            let ut = c.tensor(*update, "update")?;
+            let xt = c.tensor(*x, arg::X)?;
+            let ut = c.tensor(*update, arg::UPDATE)?;
             c.same_dtype(xt, ut, "x and update")?;
             if ut.rank() != xt.rank() || ut.shape.iter().zip(&xt.shape).any(|(u, x)| u > x) {
                 return c.fail(format!("update {ut} does not fit inside x {xt}"));
             }
-            for (v, role) in [(*begin, "begin"), (*end, "end")] {
+            for (v, role) in [(*begin, arg::BEGIN), (*end, arg::END)] {
                 let t = c.tensor(v, role)?;
                 if t.dtype != DType::I32 || t.shape != [xt.rank()] {
                     return c.fail(format!(
@@ -182,8 +183,8 @@ pub(crate) fn infer(op_name: &str, op: &Op, env: &dyn OperandTypes) -> Result<Ve
             bias,
             params,
         } => {
-            let xt = c.float(*x, "x")?;
-            let wt = c.tensor(*weight, "weight")?;
+            let xt = c.float(*x, arg::X)?;
+            let wt = c.tensor(*weight, arg::WEIGHT)?;
             c.same_dtype(xt, wt, "x and weight")?;
             if xt.rank() != 4 || wt.rank() != 4 {
                 return c.fail(format!(
@@ -201,7 +202,7 @@ pub(crate) fn infer(op_name: &str, op: &Op, env: &dyn OperandTypes) -> Result<Ve
                 return c.fail("strides and dilations must be >= 1");
             }
             if let Some(b) = bias {
-                let bt = c.tensor(*b, "bias")?;
+                let bt = c.tensor(*b, arg::BIAS)?;
                 c.same_dtype(xt, bt, "x and bias")?;
                 if bt.shape != [cout] {
                     return c.fail(format!("bias must be [{cout}], got {bt}"));
@@ -235,8 +236,8 @@ pub(crate) fn infer(op_name: &str, op: &Op, env: &dyn OperandTypes) -> Result<Ve
             transpose_x,
             transpose_y,
         } => {
-            let xt = c.tensor(*x, "x")?;
-            let yt = c.tensor(*y, "y")?;
+            let xt = c.tensor(*x, arg::X)?;
+            let yt = c.tensor(*y, arg::Y)?;
             c.same_dtype(xt, yt, "x and y")?;
             if xt.rank() < 2 || yt.rank() < 2 {
                 return c.fail(format!("matmul operands need rank >= 2, got {xt} and {yt}"));
@@ -264,8 +265,8 @@ pub(crate) fn infer(op_name: &str, op: &Op, env: &dyn OperandTypes) -> Result<Ve
             tensor(xt.dtype, shape)
         }
         Op::Linear { x, weight, bias } => {
-            let xt = c.float(*x, "x")?;
-            let wt = c.tensor(*weight, "weight")?;
+            let xt = c.float(*x, arg::X)?;
+            let wt = c.tensor(*weight, arg::WEIGHT)?;
             c.same_dtype(xt, wt, "x and weight")?;
             if !env.is_constant(*weight) {
                 return c.fail("linear weight must be a const or constexpr output");
@@ -277,7 +278,7 @@ pub(crate) fn infer(op_name: &str, op: &Op, env: &dyn OperandTypes) -> Result<Ve
                 ));
             }
             if let Some(b) = bias {
-                let bt = c.tensor(*b, "bias")?;
+                let bt = c.tensor(*b, arg::BIAS)?;
                 c.same_dtype(xt, bt, "x and bias")?;
                 if bt.shape != [wt.shape[0]] || !env.is_constant(*b) {
                     return c.fail(format!("bias must be a const [{}], got {bt}", wt.shape[0]));
@@ -288,7 +289,7 @@ pub(crate) fn infer(op_name: &str, op: &Op, env: &dyn OperandTypes) -> Result<Ve
             tensor(xt.dtype, shape)
         }
         Op::Softmax { x, axis } => {
-            let xt = c.float(*x, "x")?;
+            let xt = c.float(*x, arg::X)?;
             c.axis(*axis, xt.rank())?;
             ValueType::Tensor(xt.clone())
         }
@@ -299,7 +300,7 @@ pub(crate) fn infer(op_name: &str, op: &Op, env: &dyn OperandTypes) -> Result<Ve
             beta,
             epsilon,
         } => {
-            let xt = c.float(*x, "x")?;
+            let xt = c.float(*x, arg::X)?;
             if axes.is_empty() {
                 return c.fail("axes must not be empty");
             }
@@ -308,7 +309,7 @@ pub(crate) fn infer(op_name: &str, op: &Op, env: &dyn OperandTypes) -> Result<Ve
                 return c.fail(format!("epsilon must be finite and >= 0, got {epsilon}"));
             }
             let norm_shape: Vec<usize> = axes.iter().map(|&a| xt.shape[a]).collect();
-            for (v, role) in [(gamma, "gamma"), (beta, "beta")] {
+            for (v, role) in [(gamma, arg::GAMMA), (beta, arg::BETA)] {
                 if let Some(v) = v {
                     let t = c.tensor(*v, role)?;
                     c.same_dtype(xt, t, role)?;
@@ -324,7 +325,7 @@ pub(crate) fn infer(op_name: &str, op: &Op, env: &dyn OperandTypes) -> Result<Ve
         Op::Reduce {
             x, axes, keep_dims, ..
         } => {
-            let xt = c.tensor(*x, "x")?;
+            let xt = c.tensor(*x, arg::X)?;
             if !(xt.dtype.is_float() || xt.dtype == DType::I32) {
                 return c.fail(format!("x must be fp16/fp32/int32, got {xt}"));
             }
@@ -344,16 +345,16 @@ pub(crate) fn infer(op_name: &str, op: &Op, env: &dyn OperandTypes) -> Result<Ve
                 .collect();
             tensor(xt.dtype, shape)
         }
-        Op::Unary { x, .. } | Op::Gelu { x, .. } => ValueType::Tensor(c.float(*x, "x")?.clone()),
+        Op::Unary { x, .. } | Op::Gelu { x, .. } => ValueType::Tensor(c.float(*x, arg::X)?.clone()),
         Op::Rsqrt { x, epsilon } => {
             if !(epsilon.is_finite() && *epsilon >= 0.0) {
                 return c.fail(format!("epsilon must be finite and >= 0, got {epsilon}"));
             }
-            ValueType::Tensor(c.float(*x, "x")?.clone())
+            ValueType::Tensor(c.float(*x, arg::X)?.clone())
         }
         Op::Binary { kind, x, y } => {
-            let xt = c.tensor(*x, "x")?;
-            let yt = c.tensor(*y, "y")?;
+            let xt = c.tensor(*x, arg::X)?;
+            let yt = c.tensor(*y, arg::Y)?;
             c.same_dtype(xt, yt, "x and y")?;
             let int_ok = matches!(
                 kind,
@@ -383,7 +384,7 @@ pub(crate) fn infer(op_name: &str, op: &Op, env: &dyn OperandTypes) -> Result<Ve
             end,
             stride,
         } => {
-            let xt = c.tensor(*x, "x")?;
+            let xt = c.tensor(*x, arg::X)?;
             let r = xt.rank();
             if begin.len() != r || end.len() != r || stride.len() != r {
                 return c.fail(format!(
@@ -432,7 +433,7 @@ pub(crate) fn infer(op_name: &str, op: &Op, env: &dyn OperandTypes) -> Result<Ve
             split_sizes,
             axis,
         } => {
-            let xt = c.tensor(*x, "x")?;
+            let xt = c.tensor(*x, arg::X)?;
             c.axis(*axis, xt.rank())?;
             if split_sizes.is_empty()
                 || split_sizes.contains(&0)
@@ -453,7 +454,7 @@ pub(crate) fn infer(op_name: &str, op: &Op, env: &dyn OperandTypes) -> Result<Ve
                 .collect());
         }
         Op::Reshape { x, shape } => {
-            let xt = c.tensor(*x, "x")?;
+            let xt = c.tensor(*x, arg::X)?;
             let target = TensorType::new(xt.dtype, shape.clone());
             if target.checked_numel() != Some(xt.numel()) {
                 return c.fail(format!(
@@ -464,7 +465,7 @@ pub(crate) fn infer(op_name: &str, op: &Op, env: &dyn OperandTypes) -> Result<Ve
             tensor(xt.dtype, shape.clone())
         }
         Op::Transpose { x, perm } => {
-            let xt = c.tensor(*x, "x")?;
+            let xt = c.tensor(*x, arg::X)?;
             let mut seen = vec![false; xt.rank()];
             if perm.len() != xt.rank()
                 || perm
@@ -479,7 +480,7 @@ pub(crate) fn infer(op_name: &str, op: &Op, env: &dyn OperandTypes) -> Result<Ve
             tensor(xt.dtype, perm.iter().map(|&p| xt.shape[p]).collect())
         }
         Op::ExpandDims { x, axes } => {
-            let xt = c.tensor(*x, "x")?;
+            let xt = c.tensor(*x, arg::X)?;
             let out_rank = xt.rank() + axes.len();
             if axes.is_empty() || axes.windows(2).any(|w| w[0] >= w[1]) {
                 return c.fail(format!(
@@ -500,7 +501,7 @@ pub(crate) fn infer(op_name: &str, op: &Op, env: &dyn OperandTypes) -> Result<Ve
             tensor(xt.dtype, shape)
         }
         Op::Squeeze { x, axes } => {
-            let xt = c.tensor(*x, "x")?;
+            let xt = c.tensor(*x, arg::X)?;
             if axes.is_empty() || axes.windows(2).any(|w| w[0] >= w[1]) {
                 return c.fail(format!(
                     "axes {axes:?} must be non-empty, sorted and unique"
@@ -520,7 +521,7 @@ pub(crate) fn infer(op_name: &str, op: &Op, env: &dyn OperandTypes) -> Result<Ve
             tensor(xt.dtype, shape)
         }
         Op::Cast { x, dtype } => {
-            let xt = c.tensor(*x, "x")?;
+            let xt = c.tensor(*x, arg::X)?;
             let castable =
                 |d: DType| matches!(d, DType::F16 | DType::F32 | DType::I32 | DType::Bool);
             if !castable(xt.dtype) || !castable(*dtype) {

@@ -1,41 +1,37 @@
 //! Translation of one proto op into an [`Op`], folding parameter consts into op fields.
+//! Argument names come from the op signature table.
 
 use coreml_proto::proto::mil_spec as mil;
 
-use super::{normalize, op_name, FnDecoder};
+use super::{debug_assert_in_signature, normalize, op_name, static_type, FunctionReader};
 use crate::error::{MilError, Result};
-use crate::op::{BinaryOp, ConvParams, GeluMode, Op, ReduceOp, UnaryOp};
-use crate::program::Var;
-use crate::types::DType;
+use crate::ir::op::{ConvParams, GeluMode, Op};
+use crate::ir::program::Var;
+use crate::ir::signature::{arg::*, OpKind};
+use crate::ir::tensor::TensorData;
+use crate::ir::types::DType;
 
-/// Which argument names of an op type are tensor operands (the rest are parameters).
-pub(super) fn operand_keys(op_type: &str) -> &'static [&'static str] {
-    match op_type {
-        "read_state" => &["input"],
-        "write_state" => &["input", "data"],
-        "slice_update" => &["x", "update", "begin", "end"],
-        "conv" | "linear" => &["x", "weight", "bias"],
-        "matmul" => &["x", "y"],
-        "layer_norm" => &["x", "gamma", "beta"],
-        "concat" => &["values"],
-        _ if binary_kind(op_type).is_some() => &["x", "y"],
-        _ => &["x"],
+impl FunctionReader<'_> {
+    /// The `val` attribute of a const op.
+    pub(super) fn const_val<'op>(&self, op: &'op mil::Operation) -> Result<&'op mil::Value> {
+        op.attributes
+            .get(VAL)
+            .ok_or_else(|| self.err(format!("const `{}` has no {VAL}", op_name(op))))
     }
-}
 
-fn binary_kind(t: &str) -> Option<BinaryOp> {
-    BinaryOp::ALL.into_iter().find(|k| k.mil_type() == t)
-}
+    fn missing(&self, op: &mil::Operation, key: &str) -> MilError {
+        self.err(format!(
+            "op `{}` ({}): missing input `{key}`",
+            op_name(op),
+            op.r#type
+        ))
+    }
 
-fn unary_kind(t: &str) -> Option<UnaryOp> {
-    UnaryOp::ALL.into_iter().find(|k| k.mil_type() == t)
-}
+    /// A required constant payload of a constexpr op.
+    fn payload(&self, op: &mil::Operation, key: &str) -> Result<TensorData> {
+        self.param(op, key)?.ok_or_else(|| self.missing(op, key))
+    }
 
-fn reduce_kind(t: &str) -> Option<ReduceOp> {
-    ReduceOp::ALL.into_iter().find(|k| k.mil_type() == t)
-}
-
-impl FnDecoder<'_> {
     fn ints(&self, op: &mil::Operation, key: &str) -> Result<Option<Vec<i64>>> {
         Ok(match self.param(op, key)? {
             Some(t) => Some(t.to_i32_vec()?.into_iter().map(i64::from).collect()),
@@ -82,6 +78,7 @@ impl FnDecoder<'_> {
     }
 
     fn operands(&self, op: &mil::Operation, key: &str) -> Result<Option<Vec<Var>>> {
+        debug_assert_in_signature(op, key);
         let Some(arg) = op.inputs.get(key) else {
             return Ok(None);
         };
@@ -114,13 +111,7 @@ impl FnDecoder<'_> {
     }
 
     fn required(&self, op: &mil::Operation, key: &str) -> Result<Var> {
-        self.operand(op, key)?.ok_or_else(|| {
-            self.err(format!(
-                "op `{}` ({}): missing input `{key}`",
-                op_name(op),
-                op.r#type
-            ))
-        })
+        self.operand(op, key)?.ok_or_else(|| self.missing(op, key))
     }
 
     fn rank(&self, v: Var) -> Result<usize> {
@@ -135,7 +126,7 @@ impl FnDecoder<'_> {
             .map(|&a| {
                 normalize(a, rank).ok_or_else(|| MilError::AxisOutOfRange {
                     op: op_name(op),
-                    op_type: "decoded op",
+                    op_type: static_type(op),
                     axis: a,
                     rank,
                 })
@@ -157,7 +148,7 @@ impl FnDecoder<'_> {
             .ok_or_else(|| self.err(format!("op `{}`: missing `{key}`", op_name(op))))?;
         normalize(a, rank).ok_or_else(|| MilError::AxisOutOfRange {
             op: op_name(op),
-            op_type: "decoded op",
+            op_type: static_type(op),
             axis: a,
             rank,
         })
@@ -172,23 +163,25 @@ impl FnDecoder<'_> {
         }
     }
 
-    /// Translates one proto op into an [`Op`].
-    pub(super) fn op(&self, op: &mil::Operation) -> Result<Op> {
-        let t = op.r#type.as_str();
-        let x = || self.required(op, "x");
-        Ok(match t {
-            "read_state" => Op::ReadState {
-                input: self.required(op, "input")?,
+    /// Translates one proto op of kind `kind` into an [`Op`].
+    pub(super) fn op(&self, op: &mil::Operation, kind: OpKind) -> Result<Op> {
+        let x = || self.required(op, X);
+        Ok(match kind {
+            OpKind::Const => Op::Const {
+                value: self.tensor_of(self.const_val(op)?, &format!("const `{}`", op_name(op)))?,
             },
-            "write_state" => Op::WriteState {
-                input: self.required(op, "input")?,
-                data: self.required(op, "data")?,
+            OpKind::ReadState => Op::ReadState {
+                input: self.required(op, INPUT)?,
             },
-            "slice_update" => {
+            OpKind::WriteState => Op::WriteState {
+                input: self.required(op, INPUT)?,
+                data: self.required(op, DATA)?,
+            },
+            OpKind::SliceUpdate => {
                 let defaults = self
-                    .ints(op, "stride")?
+                    .ints(op, STRIDE)?
                     .is_none_or(|s| s.iter().all(|&v| v == 1))
-                    && ["begin_mask", "end_mask", "squeeze_mask"]
+                    && [BEGIN_MASK, END_MASK, SQUEEZE_MASK]
                         .iter()
                         .map(|k| self.flags(op, k))
                         .collect::<Result<Vec<_>>>()?
@@ -199,14 +192,14 @@ impl FnDecoder<'_> {
                 }
                 Op::SliceUpdate {
                     x: x()?,
-                    update: self.required(op, "update")?,
-                    begin: self.required(op, "begin")?,
-                    end: self.required(op, "end")?,
+                    update: self.required(op, UPDATE)?,
+                    begin: self.required(op, BEGIN)?,
+                    end: self.required(op, END)?,
                 }
             }
-            "conv" => {
+            OpKind::Conv => {
                 let x = x()?;
-                let weight = self.required(op, "weight")?;
+                let weight = self.required(op, WEIGHT)?;
                 let xs = self.b.tensor_type(x)?.shape.clone();
                 let ws = self.b.tensor_type(weight)?.shape.clone();
                 if xs.len() != 4 || ws.len() != 4 {
@@ -221,14 +214,14 @@ impl FnDecoder<'_> {
                         Some(v) => Err(self.err(format!("op `{}`: bad `{k}` {v:?}", op_name(op)))),
                     }
                 };
-                let strides = pair("strides")?;
-                let dilations = pair("dilations")?;
+                let strides = pair(STRIDES)?;
+                let dilations = pair(DILATIONS)?;
                 let pad_type = self
-                    .param_string(op, "pad_type")?
+                    .param_string(op, PAD_TYPE)?
                     .unwrap_or_else(|| "valid".into());
                 let pad = match pad_type.as_str() {
                     "valid" => [0; 4],
-                    "custom" => match self.ints(op, "pad")? {
+                    "custom" => match self.ints(op, PAD)? {
                         Some(p) if p.len() == 4 && p.iter().all(|&v| v >= 0) => p.map_into(),
                         None => [0; 4],
                         Some(p) => {
@@ -249,14 +242,14 @@ impl FnDecoder<'_> {
                     }
                     other => return Err(self.unsupported(op, &format!("pad_type {other}"))),
                 };
-                let groups = self.int(op, "groups")?.unwrap_or(1);
+                let groups = self.int(op, GROUPS)?.unwrap_or(1);
                 if groups < 1 {
                     return Err(self.err(format!("op `{}`: groups {groups}", op_name(op))));
                 }
                 Op::Conv {
                     x,
                     weight,
-                    bias: self.operand(op, "bias")?,
+                    bias: self.operand(op, BIAS)?,
                     params: ConvParams {
                         strides,
                         pad,
@@ -265,44 +258,44 @@ impl FnDecoder<'_> {
                     },
                 }
             }
-            "matmul" => Op::Matmul {
+            OpKind::Matmul => Op::Matmul {
                 x: x()?,
-                y: self.required(op, "y")?,
-                transpose_x: self.flag(op, "transpose_x")?,
-                transpose_y: self.flag(op, "transpose_y")?,
+                y: self.required(op, Y)?,
+                transpose_x: self.flag(op, TRANSPOSE_X)?,
+                transpose_y: self.flag(op, TRANSPOSE_Y)?,
             },
-            "linear" => Op::Linear {
+            OpKind::Linear => Op::Linear {
                 x: x()?,
-                weight: self.required(op, "weight")?,
-                bias: self.operand(op, "bias")?,
+                weight: self.required(op, WEIGHT)?,
+                bias: self.operand(op, BIAS)?,
             },
-            "softmax" => {
+            OpKind::Softmax => {
                 let x = x()?;
                 Op::Softmax {
                     x,
-                    axis: self.axis(op, "axis", self.rank(x)?, Some(-1))?,
+                    axis: self.axis(op, AXIS, self.rank(x)?, Some(-1))?,
                 }
             }
-            "layer_norm" => {
+            OpKind::LayerNorm => {
                 let x = x()?;
                 let rank = self.rank(x)?;
                 Op::LayerNorm {
                     x,
                     axes: self
-                        .axes(op, "axes", rank)?
+                        .axes(op, AXES, rank)?
                         .unwrap_or_else(|| (0..rank).collect()),
-                    gamma: self.operand(op, "gamma")?,
-                    beta: self.operand(op, "beta")?,
-                    epsilon: self.float(op, "epsilon", 1e-5)?,
+                    gamma: self.operand(op, GAMMA)?,
+                    beta: self.operand(op, BETA)?,
+                    epsilon: self.float(op, EPSILON, 1e-5)?,
                 }
             }
-            "rsqrt" => Op::Rsqrt {
+            OpKind::Rsqrt => Op::Rsqrt {
                 x: x()?,
-                epsilon: self.float(op, "epsilon", 1e-12)?,
+                epsilon: self.float(op, EPSILON, 1e-12)?,
             },
-            "gelu" => {
+            OpKind::Gelu => {
                 let mode = self
-                    .param_string(op, "mode")?
+                    .param_string(op, MODE)?
                     .unwrap_or_else(|| "EXACT".into());
                 Op::Gelu {
                     x: x()?,
@@ -310,18 +303,18 @@ impl FnDecoder<'_> {
                         .ok_or_else(|| self.unsupported(op, &format!("mode {mode}")))?,
                 }
             }
-            "slice_by_index" => {
+            OpKind::SliceByIndex => {
                 let x = x()?;
                 let shape = self.b.tensor_type(x)?.shape.clone();
                 let r = shape.len();
-                let begin = self.ints(op, "begin")?.unwrap_or_else(|| vec![0; r]);
-                let end = self
-                    .ints(op, "end")?
-                    .unwrap_or_else(|| shape.iter().map(|&d| d as i64).collect());
-                let stride = self.ints(op, "stride")?.unwrap_or_else(|| vec![1; r]);
-                let (bm, em) = (self.flags(op, "begin_mask")?, self.flags(op, "end_mask")?);
-                if self.flags(op, "squeeze_mask")?.iter().any(|&b| b) {
-                    return Err(self.unsupported(op, "squeeze_mask"));
+                let begin = self
+                    .ints(op, BEGIN)?
+                    .ok_or_else(|| self.missing(op, BEGIN))?;
+                let end = self.ints(op, END)?.ok_or_else(|| self.missing(op, END))?;
+                let stride = self.ints(op, STRIDE)?.unwrap_or_else(|| vec![1; r]);
+                let (bm, em) = (self.flags(op, BEGIN_MASK)?, self.flags(op, END_MASK)?);
+                if self.flags(op, SQUEEZE_MASK)?.iter().any(|&b| b) {
+                    return Err(self.unsupported(op, SQUEEZE_MASK));
                 }
                 if begin.len() != r
                     || end.len() != r
@@ -359,25 +352,26 @@ impl FnDecoder<'_> {
                     stride: stride.iter().map(|&s| s as usize).collect(),
                 }
             }
-            "concat" => {
-                let values = self.operands(op, "values")?.unwrap_or_default();
-                if self.flag(op, "interleave")? {
-                    return Err(self.unsupported(op, "interleave"));
+            OpKind::Concat => {
+                let values = self
+                    .operands(op, VALUES)?
+                    .ok_or_else(|| self.missing(op, VALUES))?;
+                if self.flag(op, INTERLEAVE)? {
+                    return Err(self.unsupported(op, INTERLEAVE));
                 }
                 let first = *values
                     .first()
                     .ok_or_else(|| self.err(format!("op `{}`: no values", op_name(op))))?;
                 Op::Concat {
-                    axis: self.axis(op, "axis", self.rank(first)?, None)?,
+                    axis: self.axis(op, AXIS, self.rank(first)?, None)?,
                     values,
                 }
             }
-            "split" => {
+            OpKind::Split => {
                 let x = x()?;
                 let xt = self.b.tensor_type(x)?.clone();
-                let axis = self.axis(op, "axis", xt.rank(), None)?;
-                let split_sizes = match (self.ints(op, "split_sizes")?, self.int(op, "num_splits")?)
-                {
+                let axis = self.axis(op, AXIS, xt.rank(), None)?;
+                let split_sizes = match (self.ints(op, SPLIT_SIZES)?, self.int(op, NUM_SPLITS)?) {
                     (Some(s), _) => s.iter().map(|&v| v.max(0) as usize).collect(),
                     (None, Some(n)) if n >= 1 && n as usize <= xt.shape[axis] => {
                         vec![xt.shape[axis] / n as usize; n as usize]
@@ -395,12 +389,12 @@ impl FnDecoder<'_> {
                     axis,
                 }
             }
-            "reshape" => {
+            OpKind::Reshape => {
                 let x = x()?;
                 let xt = self.b.tensor_type(x)?.clone();
                 let shape = self
-                    .ints(op, "shape")?
-                    .ok_or_else(|| self.unsupported(op, "dynamic shape"))?;
+                    .ints(op, SHAPE)?
+                    .ok_or_else(|| self.missing(op, SHAPE))?;
                 let mut resolved: Vec<i64> = shape
                     .iter()
                     .enumerate()
@@ -435,84 +429,76 @@ impl FnDecoder<'_> {
                     shape: resolved.iter().map(|&d| d as usize).collect(),
                 }
             }
-            "transpose" => {
+            OpKind::Transpose => {
                 let x = x()?;
                 let rank = self.rank(x)?;
                 Op::Transpose {
                     x,
-                    perm: self.axes(op, "perm", rank)?.unwrap_or_default(),
+                    perm: self
+                        .axes(op, PERM, rank)?
+                        .ok_or_else(|| self.missing(op, PERM))?,
                 }
             }
-            "expand_dims" => {
+            OpKind::ExpandDims => {
                 let x = x()?;
                 let rank = self.rank(x)?;
-                let n = self.ints(op, "axes")?.map_or(0, |v| v.len());
-                let mut axes = self.axes(op, "axes", rank + n)?.unwrap_or_default();
+                let n = self.ints(op, AXES)?.map_or(0, |v| v.len());
+                let mut axes = self
+                    .axes(op, AXES, rank + n)?
+                    .ok_or_else(|| self.missing(op, AXES))?;
                 axes.sort_unstable();
                 Op::ExpandDims { x, axes }
             }
-            "squeeze" => {
+            OpKind::Squeeze => {
                 let x = x()?;
                 let xt = self.b.tensor_type(x)?.clone();
-                let mut axes = match self.axes(op, "axes", xt.rank())? {
+                let mut axes = match self.axes(op, AXES, xt.rank())? {
                     Some(a) => a,
                     None => (0..xt.rank()).filter(|&i| xt.shape[i] == 1).collect(),
                 };
                 axes.sort_unstable();
                 Op::Squeeze { x, axes }
             }
-            "cast" => {
-                let name = self.param_string(op, "dtype")?.unwrap_or_default();
+            OpKind::Cast => {
+                let name = self
+                    .param_string(op, DTYPE)?
+                    .ok_or_else(|| self.missing(op, DTYPE))?;
                 Op::Cast {
                     x: x()?,
                     dtype: DType::from_mil_name(&name)
                         .ok_or_else(|| self.unsupported(op, &format!("dtype {name}")))?,
                 }
             }
-            "constexpr_blockwise_shift_scale" => Op::ConstexprBlockwiseShiftScale {
-                data: self
-                    .param(op, "data")?
-                    .ok_or_else(|| self.err(format!("op `{}`: missing data", op_name(op))))?,
-                scale: self
-                    .param(op, "scale")?
-                    .ok_or_else(|| self.err(format!("op `{}`: missing scale", op_name(op))))?,
-                offset: self.param(op, "offset")?,
+            OpKind::ConstexprBlockwiseShiftScale => Op::ConstexprBlockwiseShiftScale {
+                data: self.payload(op, DATA)?,
+                scale: self.payload(op, SCALE)?,
+                offset: self.param(op, OFFSET)?,
             },
-            "constexpr_lut_to_dense" => {
-                if op.inputs.contains_key("vector_axis") {
+            OpKind::ConstexprLutToDense => {
+                if op.inputs.contains_key(VECTOR_AXIS) {
                     return Err(self.unsupported(op, "vector palettes"));
                 }
                 Op::ConstexprLutToDense {
-                    indices: self.param(op, "indices")?.ok_or_else(|| {
-                        self.err(format!("op `{}`: missing indices", op_name(op)))
-                    })?,
-                    lut: self
-                        .param(op, "lut")?
-                        .ok_or_else(|| self.err(format!("op `{}`: missing lut", op_name(op))))?,
+                    indices: self.payload(op, INDICES)?,
+                    lut: self.payload(op, LUT)?,
                 }
             }
-            _ => {
-                if let Some(kind) = binary_kind(t) {
-                    Op::Binary {
-                        kind,
-                        x: x()?,
-                        y: self.required(op, "y")?,
-                    }
-                } else if let Some(kind) = unary_kind(t) {
-                    Op::Unary { kind, x: x()? }
-                } else if let Some(kind) = reduce_kind(t) {
-                    let x = x()?;
-                    let rank = self.rank(x)?;
-                    Op::Reduce {
-                        kind,
-                        x,
-                        axes: self
-                            .axes(op, "axes", rank)?
-                            .unwrap_or_else(|| (0..rank).collect()),
-                        keep_dims: self.flag(op, "keep_dims")?,
-                    }
-                } else {
-                    return Err(self.unsupported(op, "not in the supported op set"));
+            OpKind::Binary(kind) => Op::Binary {
+                kind,
+                x: x()?,
+                y: self.required(op, Y)?,
+            },
+            OpKind::Unary(kind) => Op::Unary { kind, x: x()? },
+            OpKind::Reduce(kind) => {
+                let x = x()?;
+                let rank = self.rank(x)?;
+                Op::Reduce {
+                    kind,
+                    x,
+                    axes: self
+                        .axes(op, AXES, rank)?
+                        .unwrap_or_else(|| (0..rank).collect()),
+                    keep_dims: self.flag(op, KEEP_DIMS)?,
                 }
             }
         })

@@ -1,16 +1,31 @@
-//! The verifier run before every write: SSA order, types, names, outputs, state use, program
-//! structure. It re-infers every op from scratch, so a hand-edited or decoded program is held to
-//! the same rules as a built one.
+//! Validation: the verifier run before every write (SSA order, types, names, outputs, state
+//! use, program structure) and the type and shape inference it shares with the builder. It
+//! re-infers every op from scratch, so a hand-edited or read-back program is held to the same
+//! rules as a built one.
 
 use std::collections::{HashMap, HashSet};
 
-use crate::builder::is_valid_identifier;
-use crate::encode::param_const_names;
 use crate::error::{MilError, Result};
-use crate::infer::{infer, OperandTypes};
-use crate::op::Op;
-use crate::program::{Function, Program, Var};
-use crate::types::ValueType;
+use crate::ir::identifier::is_valid_identifier;
+use crate::ir::op::Op;
+use crate::ir::program::{Function, Operation, Program, Var};
+use crate::ir::signature::param_const_name;
+use crate::ir::types::{DType, ValueType};
+
+pub(crate) mod infer;
+
+use infer::{infer, OperandTypes};
+
+/// Names of the `const` ops the writer generates for an op's parameters.
+fn param_const_names(operation: &Operation) -> impl Iterator<Item = String> + '_ {
+    operation
+        .op
+        .kind()
+        .signature()
+        .params
+        .iter()
+        .map(|p| param_const_name(&operation.name, p.name))
+}
 
 struct Scope<'a> {
     func: &'a Function,
@@ -57,15 +72,11 @@ pub fn verify_function(f: &Function) -> Result<()> {
         defined: vec![false; n],
         constant: vec![false; n],
     };
-    // Names the encoder will give parameter consts, and the op each belongs to.
+    // Names the writer will give parameter consts, and the op each belongs to.
     let param_owner: HashMap<String, &str> = f
         .operations
         .iter()
-        .flat_map(|o| {
-            param_const_names(o)
-                .into_iter()
-                .map(move |n| (n, o.name.as_str()))
-        })
+        .flat_map(|o| param_const_names(o).map(move |n| (n, o.name.as_str())))
         .collect();
     let mut names: HashSet<String> = HashSet::new();
     let mut claim = |name: &str| -> Result<()> {
@@ -121,7 +132,7 @@ pub fn verify_function(f: &Function) -> Result<()> {
                 ),
             ));
         }
-        if info.ty.is_state() && info.ty.tensor().dtype != crate::types::DType::F16 {
+        if info.ty.is_state() && info.ty.tensor().dtype != DType::F16 {
             return Err(invalid(
                 f,
                 format!("state `{}` must wrap fp16, has {}", info.name, info.ty),

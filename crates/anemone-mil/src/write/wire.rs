@@ -1,6 +1,6 @@
 //! Write-side mirror of the subset of `CoreML.Specification` messages we emit. Same field
-//! numbers as `coreml-proto`, but maps are `BTreeMap` so that encoding is byte-deterministic
-//! (prost encodes `HashMap`s in random iteration order). Decoding uses `coreml-proto` itself,
+//! numbers as `coreml-proto`, but maps are `BTreeMap` so that writing is byte-deterministic
+//! (prost encodes `HashMap`s in random iteration order). The reader uses `coreml-proto` itself,
 //! and a test checks both agree.
 
 use std::collections::BTreeMap;

@@ -1,8 +1,9 @@
 //! The closed set of ops this crate emits and reads. Every consumer matches exhaustively.
 
-use crate::program::Var;
-use crate::tensor::TensorData;
-use crate::types::DType;
+use crate::ir::program::Var;
+use crate::ir::signature::OpKind;
+use crate::ir::tensor::TensorData;
+use crate::ir::types::DType;
 
 /// Elementwise binary ops (numpy broadcasting, both operands of one dtype).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -18,15 +19,7 @@ pub enum BinaryOp {
 
 impl BinaryOp {
     pub fn mil_type(self) -> &'static str {
-        match self {
-            BinaryOp::Add => "add",
-            BinaryOp::Sub => "sub",
-            BinaryOp::Mul => "mul",
-            BinaryOp::RealDiv => "real_div",
-            BinaryOp::Maximum => "maximum",
-            BinaryOp::Minimum => "minimum",
-            BinaryOp::Pow => "pow",
-        }
+        OpKind::Binary(self).mil_type()
     }
     pub const ALL: [BinaryOp; 7] = [
         BinaryOp::Add,
@@ -52,14 +45,7 @@ pub enum UnaryOp {
 
 impl UnaryOp {
     pub fn mil_type(self) -> &'static str {
-        match self {
-            UnaryOp::Sqrt => "sqrt",
-            UnaryOp::Exp => "exp",
-            UnaryOp::Silu => "silu",
-            UnaryOp::Tanh => "tanh",
-            UnaryOp::Square => "square",
-            UnaryOp::Abs => "abs",
-        }
+        OpKind::Unary(self).mil_type()
     }
     pub const ALL: [UnaryOp; 6] = [
         UnaryOp::Sqrt,
@@ -81,11 +67,7 @@ pub enum ReduceOp {
 
 impl ReduceOp {
     pub fn mil_type(self) -> &'static str {
-        match self {
-            ReduceOp::Mean => "reduce_mean",
-            ReduceOp::Max => "reduce_max",
-            ReduceOp::Sum => "reduce_sum",
-        }
+        OpKind::Reduce(self).mil_type()
     }
     pub const ALL: [ReduceOp; 3] = [ReduceOp::Mean, ReduceOp::Max, ReduceOp::Sum];
 }
@@ -140,7 +122,7 @@ impl Default for ConvParams {
 }
 
 /// One MIL operation. Tensor operands are [`Var`]s; static parameters (axes, epsilon, shapes…)
-/// are plain values, written as separate `const` ops named `{op}_{param}` by the encoder.
+/// are plain values, written as separate `const` ops named `{op}_{param}` by the proto writer.
 /// Axes are normalized to non-negative by the builder.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Op {
@@ -274,97 +256,55 @@ pub enum Op {
 }
 
 impl Op {
+    /// The op's kind, whose [`crate::Signature`] names its arguments.
+    pub fn kind(&self) -> OpKind {
+        match self {
+            Op::Const { .. } => OpKind::Const,
+            Op::ReadState { .. } => OpKind::ReadState,
+            Op::WriteState { .. } => OpKind::WriteState,
+            Op::SliceUpdate { .. } => OpKind::SliceUpdate,
+            Op::Conv { .. } => OpKind::Conv,
+            Op::Matmul { .. } => OpKind::Matmul,
+            Op::Linear { .. } => OpKind::Linear,
+            Op::Softmax { .. } => OpKind::Softmax,
+            Op::LayerNorm { .. } => OpKind::LayerNorm,
+            Op::Reduce { kind, .. } => OpKind::Reduce(*kind),
+            Op::Unary { kind, .. } => OpKind::Unary(*kind),
+            Op::Rsqrt { .. } => OpKind::Rsqrt,
+            Op::Gelu { .. } => OpKind::Gelu,
+            Op::Binary { kind, .. } => OpKind::Binary(*kind),
+            Op::SliceByIndex { .. } => OpKind::SliceByIndex,
+            Op::Concat { .. } => OpKind::Concat,
+            Op::Split { .. } => OpKind::Split,
+            Op::Reshape { .. } => OpKind::Reshape,
+            Op::Transpose { .. } => OpKind::Transpose,
+            Op::ExpandDims { .. } => OpKind::ExpandDims,
+            Op::Squeeze { .. } => OpKind::Squeeze,
+            Op::Cast { .. } => OpKind::Cast,
+            Op::ConstexprBlockwiseShiftScale { .. } => OpKind::ConstexprBlockwiseShiftScale,
+            Op::ConstexprLutToDense { .. } => OpKind::ConstexprLutToDense,
+        }
+    }
+
     /// The MIL op type string.
     pub fn mil_type(&self) -> &'static str {
-        match self {
-            Op::Const { .. } => "const",
-            Op::ReadState { .. } => "read_state",
-            Op::WriteState { .. } => "write_state",
-            Op::SliceUpdate { .. } => "slice_update",
-            Op::Conv { .. } => "conv",
-            Op::Matmul { .. } => "matmul",
-            Op::Linear { .. } => "linear",
-            Op::Softmax { .. } => "softmax",
-            Op::LayerNorm { .. } => "layer_norm",
-            Op::Reduce { kind, .. } => kind.mil_type(),
-            Op::Unary { kind, .. } => kind.mil_type(),
-            Op::Rsqrt { .. } => "rsqrt",
-            Op::Gelu { .. } => "gelu",
-            Op::Binary { kind, .. } => kind.mil_type(),
-            Op::SliceByIndex { .. } => "slice_by_index",
-            Op::Concat { .. } => "concat",
-            Op::Split { .. } => "split",
-            Op::Reshape { .. } => "reshape",
-            Op::Transpose { .. } => "transpose",
-            Op::ExpandDims { .. } => "expand_dims",
-            Op::Squeeze { .. } => "squeeze",
-            Op::Cast { .. } => "cast",
-            Op::ConstexprBlockwiseShiftScale { .. } => "constexpr_blockwise_shift_scale",
-            Op::ConstexprLutToDense { .. } => "constexpr_lut_to_dense",
-        }
+        self.kind().mil_type()
     }
 
     /// Every value operand, in argument order.
     pub fn operands(&self) -> Vec<Var> {
-        match self {
-            Op::Const { .. }
-            | Op::ConstexprBlockwiseShiftScale { .. }
-            | Op::ConstexprLutToDense { .. } => vec![],
-            Op::ReadState { input } => vec![*input],
-            Op::WriteState { input, data } => vec![*input, *data],
-            Op::SliceUpdate {
-                x,
-                update,
-                begin,
-                end,
-            } => vec![*x, *update, *begin, *end],
-            Op::Conv {
-                x, weight, bias, ..
-            }
-            | Op::Linear { x, weight, bias } => {
-                let mut v = vec![*x, *weight];
-                v.extend(bias);
-                v
-            }
-            Op::Matmul { x, y, .. } | Op::Binary { x, y, .. } => vec![*x, *y],
-            Op::LayerNorm { x, gamma, beta, .. } => {
-                let mut v = vec![*x];
-                v.extend(gamma);
-                v.extend(beta);
-                v
-            }
-            Op::Concat { values, .. } => values.clone(),
-            Op::Softmax { x, .. }
-            | Op::Reduce { x, .. }
-            | Op::Unary { x, .. }
-            | Op::Rsqrt { x, .. }
-            | Op::Gelu { x, .. }
-            | Op::SliceByIndex { x, .. }
-            | Op::Split { x, .. }
-            | Op::Reshape { x, .. }
-            | Op::Transpose { x, .. }
-            | Op::ExpandDims { x, .. }
-            | Op::Squeeze { x, .. }
-            | Op::Cast { x, .. } => vec![*x],
-        }
+        self.operand_args()
+            .into_iter()
+            .flat_map(|(_, vars)| vars)
+            .collect()
     }
 
     /// Constant data carried by the op itself (const value, constexpr payloads).
     pub fn const_payloads(&self) -> Vec<&TensorData> {
-        match self {
-            Op::Const { value } => vec![value],
-            Op::ConstexprBlockwiseShiftScale {
-                data,
-                scale,
-                offset,
-            } => {
-                let mut v = vec![data, scale];
-                v.extend(offset);
-                v
-            }
-            Op::ConstexprLutToDense { indices, lut } => vec![indices, lut],
-            _ => vec![],
-        }
+        self.payload_args()
+            .into_iter()
+            .map(|(_, data)| data)
+            .collect()
     }
 
     /// Whether the op's output is a compile-time constant (const or constexpr).

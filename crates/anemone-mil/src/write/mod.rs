@@ -1,16 +1,21 @@
-//! `Program` → `CoreML.Specification.Model` bytes, with large consts streamed to weight.bin.
+//! The proto writer: `Program` → `CoreML.Specification.Model` bytes, with large consts
+//! streamed to weight.bin. Argument names come from the op signature table.
 
 use std::collections::BTreeMap;
 use std::io::{Cursor, Seek, Write};
 
 use crate::blob::{blob_dtype_code, BlobWriter};
 use crate::error::Result;
-use crate::op::Op;
-use crate::program::{Function, Operation, Program, Var};
-use crate::tensor::TensorData;
-use crate::types::{DType, TensorType, ValueType};
-use crate::verify::verify_program;
-use crate::wire;
+use crate::ir::args::ParamValue;
+use crate::ir::op::Op;
+use crate::ir::program::{Function, Program, Var};
+use crate::ir::signature::{arg, param_const_name, OpKind};
+use crate::ir::tensor::TensorData;
+use crate::ir::types::{DType, TensorType, ValueType};
+use crate::proto::{array_dtype, proto_dtype};
+use crate::valid::verify_program;
+
+mod wire;
 
 /// Consts with at least this many elements go to weight.bin (as coremltools does).
 pub const BLOB_MIN_ELEMENTS: usize = 10;
@@ -18,181 +23,13 @@ pub const BLOB_MIN_ELEMENTS: usize = 10;
 pub const WEIGHT_FILE_REF: &str = "@model_path/weights/weight.bin";
 
 /// A serialized model and its weight blob.
-pub struct EncodedModel {
+pub struct ModelBytes {
     /// `model.mlmodel` bytes.
     pub model: Vec<u8>,
     /// `weight.bin` bytes.
     pub weights: Vec<u8>,
     /// Distinct blobs in `weights`.
     pub blob_count: u32,
-}
-
-/// A static op parameter, emitted as its own `const` op.
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) enum Param {
-    I32(i32),
-    I32s(Vec<i32>),
-    Bool(bool),
-    Str(String),
-    Float(f32),
-}
-
-fn ints(v: &[usize]) -> Param {
-    Param::I32s(v.iter().map(|&x| x as i32).collect())
-}
-
-/// The static parameters of an op, in coremltools' emission order.
-pub(crate) fn op_params(op: &Op) -> Vec<(&'static str, Param)> {
-    match op {
-        Op::Const { .. }
-        | Op::ReadState { .. }
-        | Op::WriteState { .. }
-        | Op::SliceUpdate { .. }
-        | Op::Linear { .. }
-        | Op::Unary { .. }
-        | Op::Binary { .. }
-        | Op::ConstexprBlockwiseShiftScale { .. }
-        | Op::ConstexprLutToDense { .. } => vec![],
-        Op::Conv { params, .. } => vec![
-            ("strides", ints(&params.strides)),
-            ("pad_type", Param::Str("custom".into())),
-            ("pad", ints(&params.pad)),
-            ("dilations", ints(&params.dilations)),
-            ("groups", Param::I32(params.groups as i32)),
-        ],
-        Op::Matmul {
-            transpose_x,
-            transpose_y,
-            ..
-        } => vec![
-            ("transpose_x", Param::Bool(*transpose_x)),
-            ("transpose_y", Param::Bool(*transpose_y)),
-        ],
-        Op::Softmax { axis, .. } => vec![("axis", Param::I32(*axis as i32))],
-        Op::LayerNorm { axes, epsilon, .. } => {
-            vec![("axes", ints(axes)), ("epsilon", Param::Float(*epsilon))]
-        }
-        Op::Reduce {
-            axes, keep_dims, ..
-        } => vec![("axes", ints(axes)), ("keep_dims", Param::Bool(*keep_dims))],
-        Op::Rsqrt { epsilon, .. } => vec![("epsilon", Param::Float(*epsilon))],
-        Op::Gelu { mode, .. } => vec![("mode", Param::Str(mode.mil_name().into()))],
-        Op::SliceByIndex {
-            begin, end, stride, ..
-        } => {
-            vec![
-                ("begin", ints(begin)),
-                ("end", ints(end)),
-                ("stride", ints(stride)),
-            ]
-        }
-        Op::Concat { axis, .. } => vec![
-            ("axis", Param::I32(*axis as i32)),
-            ("interleave", Param::Bool(false)),
-        ],
-        Op::Split {
-            split_sizes, axis, ..
-        } => vec![
-            ("split_sizes", ints(split_sizes)),
-            ("axis", Param::I32(*axis as i32)),
-        ],
-        Op::Reshape { shape, .. } => vec![("shape", ints(shape))],
-        Op::Transpose { perm, .. } => vec![("perm", ints(perm))],
-        Op::ExpandDims { axes, .. } | Op::Squeeze { axes, .. } => vec![("axes", ints(axes))],
-        Op::Cast { dtype, .. } => vec![("dtype", Param::Str(dtype.mil_name().into()))],
-    }
-}
-
-/// The tensor operands of an op by argument name (`values` of concat is variadic).
-pub(crate) fn op_operands(op: &Op) -> Vec<(&'static str, Vec<Var>)> {
-    let opt = |k: &'static str, v: &Option<Var>| v.map(|v| (k, vec![v]));
-    match op {
-        Op::Const { .. }
-        | Op::ConstexprBlockwiseShiftScale { .. }
-        | Op::ConstexprLutToDense { .. } => vec![],
-        Op::ReadState { input } => vec![("input", vec![*input])],
-        Op::WriteState { input, data } => vec![("input", vec![*input]), ("data", vec![*data])],
-        Op::SliceUpdate {
-            x,
-            update,
-            begin,
-            end,
-        } => vec![
-            ("x", vec![*x]),
-            ("update", vec![*update]),
-            ("begin", vec![*begin]),
-            ("end", vec![*end]),
-        ],
-        Op::Conv {
-            x, weight, bias, ..
-        }
-        | Op::Linear { x, weight, bias } => {
-            let mut v = vec![("x", vec![*x]), ("weight", vec![*weight])];
-            v.extend(opt("bias", bias));
-            v
-        }
-        Op::Matmul { x, y, .. } | Op::Binary { x, y, .. } => vec![("x", vec![*x]), ("y", vec![*y])],
-        Op::LayerNorm { x, gamma, beta, .. } => {
-            let mut v = vec![("x", vec![*x])];
-            v.extend(opt("gamma", gamma));
-            v.extend(opt("beta", beta));
-            v
-        }
-        Op::Concat { values, .. } => vec![("values", values.clone())],
-        Op::Softmax { x, .. }
-        | Op::Reduce { x, .. }
-        | Op::Unary { x, .. }
-        | Op::Rsqrt { x, .. }
-        | Op::Gelu { x, .. }
-        | Op::SliceByIndex { x, .. }
-        | Op::Split { x, .. }
-        | Op::Reshape { x, .. }
-        | Op::Transpose { x, .. }
-        | Op::ExpandDims { x, .. }
-        | Op::Squeeze { x, .. }
-        | Op::Cast { x, .. } => vec![("x", vec![*x])],
-    }
-}
-
-/// Names of the `const` ops the encoder generates for an op's parameters.
-pub(crate) fn param_const_names(operation: &Operation) -> Vec<String> {
-    op_params(&operation.op)
-        .into_iter()
-        .map(|(k, _)| param_const_name(&operation.name, k))
-        .collect()
-}
-
-pub(crate) fn param_const_name(op: &str, param: &str) -> String {
-    format!("{op}_{param}")
-}
-
-pub(crate) fn proto_dtype(d: DType) -> i32 {
-    use coreml_proto::proto::mil_spec::DataType as P;
-    (match d {
-        DType::F16 => P::Float16,
-        DType::F32 => P::Float32,
-        DType::I32 => P::Int32,
-        DType::Bool => P::Bool,
-        DType::I8 => P::Int8,
-        DType::U8 => P::Uint8,
-        DType::I4 => P::Int4,
-        DType::U1 => P::Uint1,
-        DType::U2 => P::Uint2,
-        DType::U3 => P::Uint3,
-        DType::U4 => P::Uint4,
-        DType::U6 => P::Uint6,
-    }) as i32
-}
-
-pub(crate) fn array_dtype(d: DType) -> i32 {
-    use coreml_proto::proto::array_feature_type::ArrayDataType as A;
-    (match d {
-        DType::F16 => A::Float16,
-        DType::F32 => A::Float32,
-        DType::I32 => A::Int32,
-        DType::I8 => A::Int8,
-        _ => A::InvalidArrayDataType,
-    }) as i32
 }
 
 fn tensor_vt(t: &TensorType) -> wire::ValueType {
@@ -310,16 +147,16 @@ fn inline_value(t: &TensorData) -> Result<wire::Value> {
     Ok(immediate(ty, v))
 }
 
-fn param_value(p: &Param, float_dtype: DType) -> Result<(wire::Value, wire::ValueType)> {
+fn param_value(p: &ParamValue, float_dtype: DType) -> Result<(wire::Value, wire::ValueType)> {
     let data = match p {
-        Param::I32(v) => TensorData::from_i32(vec![], &[*v])?,
-        Param::I32s(v) => TensorData::from_i32(vec![v.len()], v)?,
-        Param::Bool(b) => TensorData::from_bool(vec![], &[*b])?,
-        Param::Float(f) => match float_dtype {
+        ParamValue::I32(v) => TensorData::from_i32(vec![], &[*v])?,
+        ParamValue::I32s(v) => TensorData::from_i32(vec![v.len()], v)?,
+        ParamValue::Bool(b) => TensorData::from_bool(vec![], &[*b])?,
+        ParamValue::Float(f) => match float_dtype {
             DType::F16 => TensorData::f16_from_f32(vec![], &[*f])?,
             _ => TensorData::from_f32(vec![], &[*f])?,
         },
-        Param::Str(s) => return Ok((string_value(s), string_vt())),
+        ParamValue::Str(s) => return Ok((string_value(s), string_vt())),
     };
     Ok((inline_value(&data)?, tensor_vt(data.tensor_type())))
 }
@@ -340,7 +177,7 @@ fn value_binding(v: wire::Value) -> wire::Argument {
 
 fn const_op(name: &str, val: wire::Value, ty: wire::ValueType) -> wire::Operation {
     wire::Operation {
-        r#type: "const".into(),
+        r#type: OpKind::Const.mil_type().into(),
         inputs: BTreeMap::new(),
         outputs: vec![wire::NamedValueType {
             name: name.to_string(),
@@ -348,12 +185,12 @@ fn const_op(name: &str, val: wire::Value, ty: wire::ValueType) -> wire::Operatio
         }],
         attributes: BTreeMap::from([
             ("name".to_string(), string_value(name)),
-            ("val".to_string(), val),
+            (arg::VAL.to_string(), val),
         ]),
     }
 }
 
-fn encode_function<W: Write + Seek>(
+fn write_function<W: Write + Seek>(
     p: &Program,
     f: &Function,
     blob: &mut BlobWriter<W>,
@@ -371,51 +208,34 @@ fn encode_function<W: Write + Seek>(
             .collect();
         let mut attributes = BTreeMap::from([("name".to_string(), string_value(&operation.name))]);
         let mut inputs = BTreeMap::new();
-        match op {
-            Op::Const { value } => {
-                attributes.insert("val".into(), data_value(value, blob)?);
+        if let Op::Const { value } = op {
+            // A const carries its value as an attribute, every other payload is an input.
+            attributes.insert(arg::VAL.to_string(), data_value(value, blob)?);
+        } else {
+            for (key, data) in op.payload_args() {
+                inputs.insert(key.to_string(), value_binding(data_value(data, blob)?));
             }
-            Op::ConstexprBlockwiseShiftScale {
-                data,
-                scale,
-                offset,
-            } => {
-                inputs.insert("data".to_string(), value_binding(data_value(data, blob)?));
-                inputs.insert("scale".to_string(), value_binding(data_value(scale, blob)?));
-                if let Some(o) = offset {
-                    inputs.insert("offset".to_string(), value_binding(data_value(o, blob)?));
-                }
-            }
-            Op::ConstexprLutToDense { indices, lut } => {
+            let float_dtype = op
+                .operands()
+                .first()
+                .map_or(DType::F32, |&x| f.tensor_type(x).dtype);
+            for (key, param) in op.param_args() {
+                let cname = param_const_name(&operation.name, key);
+                let (val, ty) = param_value(&param, float_dtype)?;
+                ops.push(const_op(&cname, val, ty));
                 inputs.insert(
-                    "indices".to_string(),
-                    value_binding(data_value(indices, blob)?),
+                    key.to_string(),
+                    wire::Argument {
+                        arguments: vec![name_binding(&cname)],
+                    },
                 );
-                inputs.insert("lut".to_string(), value_binding(data_value(lut, blob)?));
             }
-            _ => {
-                let float_dtype = op
-                    .operands()
-                    .first()
-                    .map_or(DType::F32, |&x| f.tensor_type(x).dtype);
-                for (key, param) in op_params(op) {
-                    let cname = param_const_name(&operation.name, key);
-                    let (val, ty) = param_value(&param, float_dtype)?;
-                    ops.push(const_op(&cname, val, ty));
-                    inputs.insert(
-                        key.to_string(),
-                        wire::Argument {
-                            arguments: vec![name_binding(&cname)],
-                        },
-                    );
-                }
-                for (key, vars) in op_operands(op) {
-                    let arguments = vars
-                        .iter()
-                        .map(|&v| name_binding(f.value_name(v)))
-                        .collect();
-                    inputs.insert(key.to_string(), wire::Argument { arguments });
-                }
+            for (key, vars) in op.operand_args() {
+                let arguments = vars
+                    .iter()
+                    .map(|&v| name_binding(f.value_name(v)))
+                    .collect();
+                inputs.insert(key.to_string(), wire::Argument { arguments });
             }
         }
         ops.push(wire::Operation {
@@ -480,15 +300,15 @@ pub(crate) fn uses_function_descriptions(p: &Program) -> bool {
     !(p.functions().len() == 1 && p.functions()[0].name() == "main")
 }
 
-/// Encodes the model proto, streaming consts into `blob`. Verifies the program first.
-pub(crate) fn encode_with_blob<W: Write + Seek>(
+/// Writes the model proto, streaming consts into `blob`. Verifies the program first.
+pub(crate) fn write_model_with_blob<W: Write + Seek>(
     p: &Program,
     blob: &mut BlobWriter<W>,
 ) -> Result<Vec<u8>> {
     verify_program(p)?;
     let mut functions = BTreeMap::new();
     for f in p.functions() {
-        functions.insert(f.name().to_string(), encode_function(p, f, blob)?);
+        functions.insert(f.name().to_string(), write_function(p, f, blob)?);
     }
     let mut description = wire::ModelDescription {
         metadata: (!p.metadata.is_empty()).then(|| wire::Metadata {
@@ -516,13 +336,13 @@ pub(crate) fn encode_with_blob<W: Write + Seek>(
     Ok(prost::Message::encode_to_vec(&model))
 }
 
-/// Encodes a program to `model.mlmodel` and `weight.bin` bytes in memory.
-pub fn encode_model(p: &Program) -> Result<EncodedModel> {
+/// Writes a program to `model.mlmodel` and `weight.bin` bytes in memory.
+pub fn write_model_proto(p: &Program) -> Result<ModelBytes> {
     let mut blob = BlobWriter::new(Cursor::new(Vec::new()), "weight.bin")?;
-    let model = encode_with_blob(p, &mut blob)?;
+    let model = write_model_with_blob(p, &mut blob)?;
     let blob_count = blob.count();
     let weights = blob.finish()?.into_inner();
-    Ok(EncodedModel {
+    Ok(ModelBytes {
         model,
         weights,
         blob_count,

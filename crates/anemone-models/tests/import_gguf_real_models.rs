@@ -103,7 +103,7 @@ fn qwen2_5_config() {
 
 #[test]
 fn tensor_values_match_gguf_python() {
-    let text = include_str!("fixtures/gguf_tensor_slices.json");
+    let text = include_str!("../../../tests/fixtures/gguf/gguf_tensor_slices.json");
     let fixture: serde_json::Value = serde_json::from_str(text).unwrap();
     let mut dtypes = std::collections::BTreeSet::new();
     for (file, entries) in fixture.as_object().unwrap() {
@@ -151,7 +151,7 @@ fn tensor_values_match_gguf_python() {
 
 #[test]
 fn tokenizer_matches_transformers_gguf_conversion() {
-    let text = include_str!("fixtures/gguf_tokenizer_ids.json");
+    let text = include_str!("../../../tests/fixtures/gguf/gguf_tokenizer_ids.json");
     let fixture: serde_json::Value = serde_json::from_str(text).unwrap();
     for (file, cases) in fixture.as_object().unwrap() {
         let ckpt = open(file);

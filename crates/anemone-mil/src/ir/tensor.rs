@@ -5,7 +5,7 @@ use std::sync::Arc;
 use half::f16;
 
 use crate::error::{MilError, Result};
-use crate::types::{DType, TensorType};
+use crate::ir::types::{DType, TensorType};
 
 /// Immutable constant data. Cloning shares the bytes; identical bytes are written once per package.
 #[derive(Clone, PartialEq, Eq, Hash)]

@@ -1,6 +1,8 @@
-//! `CoreML.Specification.Model` bytes (+ weight blobs) → `Program`. Reads what the encoder
-//! writes, and simple coremltools-written programs using the same ops: parameter consts are
-//! folded back into op parameters, negative axes normalized, `pad_type` resolved.
+//! The proto reader: `CoreML.Specification.Model` bytes (+ weight blobs) → `Program`. Reads
+//! what the writer writes, and simple coremltools-written programs using the same ops:
+//! parameter consts are folded back into op parameters, negative axes normalized, `pad_type`
+//! resolved. Every op type and argument name is checked against the op signature table: an
+//! unknown op type, an unexpected argument or a missing required one is an error.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -11,23 +13,17 @@ use prost::Message;
 
 mod ops;
 
-use ops::operand_keys;
-
 use crate::blob::BlobFile;
 use crate::builder::FunctionBuilder;
 use crate::error::{MilError, Result};
-use crate::op::Op;
-use crate::program::{Function, Program, Var};
-use crate::tensor::TensorData;
-use crate::types::{DType, SpecVersion, TensorType, ValueType};
+use crate::ir::op::Op;
+use crate::ir::program::{Function, Program, Var};
+use crate::ir::signature::{OpKind, Signature};
+use crate::ir::tensor::TensorData;
+use crate::ir::types::{DType, SpecVersion, TensorType, ValueType};
+use crate::proto::dtype_from_proto;
 
-fn dtype_from_proto(code: i32) -> Option<DType> {
-    DType::ALL
-        .into_iter()
-        .find(|d| crate::encode::proto_dtype(*d) == code)
-}
-
-struct FnDecoder<'a> {
+struct FunctionReader<'a> {
     file: &'a str,
     function: String,
     blobs: &'a HashMap<String, BlobFile>,
@@ -39,7 +35,7 @@ struct FnDecoder<'a> {
     b: FunctionBuilder,
 }
 
-impl<'a> FnDecoder<'a> {
+impl<'a> FunctionReader<'a> {
     fn err(&self, detail: String) -> MilError {
         MilError::Model {
             file: self.file.to_string(),
@@ -172,8 +168,58 @@ impl<'a> FnDecoder<'a> {
         }
     }
 
+    /// The op kind of a proto op; an op type outside the table is an error naming the op.
+    fn kind(&self, op: &mil::Operation) -> Result<OpKind> {
+        OpKind::from_mil_type(&op.r#type).ok_or_else(|| MilError::UnsupportedOp {
+            file: self.file.to_string(),
+            function: self.function.clone(),
+            op: op_name(op),
+            op_type: format!("{} (not in the supported op set)", op.r#type),
+        })
+    }
+
+    /// Checks an op's argument names against its signature: every input must be a known
+    /// operand, parameter or payload, and every required one must be bound.
+    fn check_arguments(&self, op: &mil::Operation, kind: OpKind, sig: &Signature) -> Result<()> {
+        if let Some(key) = op
+            .inputs
+            .keys()
+            .find(|k| !sig.input_slots().any(|s| s.name == k.as_str()))
+        {
+            return Err(self.err(format!(
+                "op `{}` ({}): unexpected input `{key}`",
+                op_name(op),
+                op.r#type
+            )));
+        }
+        // A const carries its payload as an attribute; every other argument is an input.
+        let is_bound = |name: &str| {
+            if kind == OpKind::Const {
+                op.attributes.contains_key(name)
+            } else {
+                op.inputs.contains_key(name)
+            }
+        };
+        let required = sig
+            .operands
+            .iter()
+            .chain(sig.params)
+            .chain(sig.payloads)
+            .filter(|s| s.is_required());
+        if let Some(missing) = required.into_iter().find(|s| !is_bound(s.name)) {
+            return Err(self.err(format!(
+                "op `{}` ({}): missing input `{}`",
+                op_name(op),
+                op.r#type,
+                missing.name
+            )));
+        }
+        Ok(())
+    }
+
     /// A parameter: a bound value or the name of a const op.
     fn param(&self, op: &mil::Operation, key: &str) -> Result<Option<TensorData>> {
+        debug_assert_in_signature(op, key);
         let Some(arg) = op.inputs.get(key) else {
             return Ok(None);
         };
@@ -199,6 +245,7 @@ impl<'a> FnDecoder<'a> {
     }
 
     fn param_string(&self, op: &mil::Operation, key: &str) -> Result<Option<String>> {
+        debug_assert_in_signature(op, key);
         let Some(arg) = op.inputs.get(key) else {
             return Ok(None);
         };
@@ -215,6 +262,21 @@ impl<'a> FnDecoder<'a> {
             _ => Err(self.err(format!("{what}: must bind one value"))),
         }
     }
+}
+
+/// Every argument the reader looks up must be in the op's signature.
+fn debug_assert_in_signature(op: &mil::Operation, key: &str) {
+    debug_assert!(
+        OpKind::from_mil_type(&op.r#type)
+            .is_some_and(|k| k.signature().input_slots().any(|s| s.name == key)),
+        "the reader looks up `{key}` of `{}`, which its signature lacks",
+        op.r#type
+    );
+}
+
+/// The `&'static` type name of a proto op already checked against the table.
+fn static_type(op: &mil::Operation) -> &'static str {
+    OpKind::from_mil_type(&op.r#type).map_or("unsupported op", OpKind::mil_type)
 }
 
 fn op_name(op: &mil::Operation) -> String {
@@ -239,7 +301,7 @@ fn normalize(axis: i64, rank: usize) -> Option<usize> {
     (0..rank as i64).contains(&a).then_some(a as usize)
 }
 
-fn decode_function(
+fn read_function(
     file: &str,
     name: &str,
     f: &mil::Function,
@@ -253,7 +315,7 @@ fn decode_function(
             file: file.to_string(),
             detail: format!("function `{name}`: opset `{}` has no block", f.opset),
         })?;
-    let mut d = FnDecoder {
+    let mut d = FunctionReader {
         file,
         function: name.to_string(),
         blobs,
@@ -274,10 +336,14 @@ fn decode_function(
     // bound to parameters fold into their ops.
     let mut operand_uses: HashSet<&str> = block.outputs.iter().map(String::as_str).collect();
     let mut param_uses: HashSet<&str> = HashSet::new();
+    let mut kinds = Vec::with_capacity(block.operations.len());
     for op in &block.operations {
-        let keys = operand_keys(&op.r#type);
+        let kind = d.kind(op)?;
+        let sig = kind.signature();
+        d.check_arguments(op, kind, &sig)?;
+        kinds.push(kind);
         for (key, arg) in &op.inputs {
-            let uses = if keys.contains(&key.as_str()) {
+            let uses = if sig.operand(key).is_some() {
                 &mut operand_uses
             } else {
                 &mut param_uses
@@ -289,14 +355,11 @@ fn decode_function(
             }
         }
     }
-    for op in &block.operations {
+    for (op, kind) in block.operations.iter().zip(kinds) {
         let name = op_name(op);
         let out_names: Vec<String> = op.outputs.iter().map(|o| o.name.clone()).collect();
-        if op.r#type == "const" {
-            let val = op
-                .attributes
-                .get("val")
-                .ok_or_else(|| d.err(format!("const `{name}` has no val")))?;
+        if kind == OpKind::Const {
+            let val = d.const_val(op)?;
             let out = out_names
                 .first()
                 .ok_or_else(|| d.err(format!("const `{name}` has no output")))?;
@@ -314,8 +377,8 @@ fn decode_function(
             d.vars.insert(out.clone(), vars[0]);
             continue;
         }
-        let decoded = d.op(op)?;
-        let vars = d.b.push_named(&name, decoded, &out_names)?;
+        let read = d.op(op, kind)?;
+        let vars = d.b.push_named(&name, read, &out_names)?;
         for (n, v) in out_names.into_iter().zip(vars) {
             let declared = d.value_type(
                 op.outputs
@@ -328,7 +391,7 @@ fn decode_function(
             if inferred.as_ref() != Some(&declared) {
                 return Err(MilError::TypeMismatch {
                     op: name.clone(),
-                    op_type: "decoded op",
+                    op_type: kind.mil_type(),
                     detail: format!(
                         "output `{n}` declared {declared} but inferred {}",
                         inferred.map_or_else(|| "nothing".into(), |t| t.to_string())
@@ -348,9 +411,9 @@ fn decode_function(
     d.b.finish()
 }
 
-/// Decodes `model.mlmodel` bytes; `blobs` maps weight file names (e.g. `weight.bin`) to parsed
-/// blob files. `file` names the model in errors.
-pub fn decode_model(
+/// Reads `model.mlmodel` bytes into a program; `blobs` maps weight file names (e.g.
+/// `weight.bin`) to parsed blob files. `file` names the model in errors.
+pub fn read_model_proto(
     file: &str,
     model_bytes: &[u8],
     blobs: &HashMap<String, BlobFile>,
@@ -387,7 +450,7 @@ pub fn decode_model(
                 "description names function `{name}` which the program lacks"
             ))
         })?;
-        let func = decode_function(file, name, f, blobs, &blob_cache)?;
+        let func = read_function(file, name, f, blobs, &blob_cache)?;
         program.add_function(func)?;
     }
     let default = if desc.default_function_name.is_empty() {
