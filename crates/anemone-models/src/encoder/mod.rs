@@ -3,8 +3,8 @@
 //! fp32 reference forward ([`reference`]), the ANE graph with one function per length bucket
 //! ([`ane`]) and the encoder bundle ([`bundle`]).
 
-//ANE pub mod ane;
-//BUNDLE pub mod bundle;
+pub mod ane;
+pub mod bundle;
 pub mod config;
 pub mod reference;
 pub mod tokenize;

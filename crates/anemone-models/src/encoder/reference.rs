@@ -161,34 +161,14 @@ impl EncoderWeights {
     /// Word + position + token-type (type 0) embeddings of `ids`, before the embedding
     /// LayerNorm: what the host computes for the ANE graph. `[ids.len(), hidden]`.
     pub fn embed_raw(&self, config: &EncoderConfig, index: usize, ids: &[u32]) -> Result<Vec<f32>> {
-        let h = config.hidden_size;
-        if ids.len() > config.max_tokens() {
-            return Err(EncoderError::TooLong {
-                index,
-                tokens: ids.len(),
-                largest: config.max_tokens(),
-            });
-        }
-        let mut x = vec![0f32; ids.len() * h];
-        for (p, (&id, row)) in ids.iter().zip(x.chunks_exact_mut(h)).enumerate() {
-            if id as usize >= config.vocab_size {
-                return Err(EncoderError::TokenId {
-                    index,
-                    id,
-                    vocab: config.vocab_size,
-                });
-            }
-            let word = &self.word[id as usize * h..(id as usize + 1) * h];
-            let pos = config.position_offset + p;
-            let position = &self.position[pos * h..(pos + 1) * h];
-            for c in 0..h {
-                row[c] = word[c] + position[c];
-            }
-            if let Some(tt) = &self.token_type {
-                row.iter_mut().zip(&tt[..h]).for_each(|(v, t)| *v += t);
-            }
-        }
-        Ok(x)
+        super::bundle::embed_tables(
+            config,
+            &self.word,
+            &self.position,
+            self.token_type.as_deref(),
+            index,
+            ids,
+        )
     }
 }
 
