@@ -1,9 +1,8 @@
 //! Constant decoding: plain consts and the iOS18 constexpr decompressions, with the exact
 //! arithmetic of coremltools' `decompress` (numpy fp16 rounding at each step).
 
+use anemone_backend::{round_f16, Tensor};
 use anemone_mil::{DType, TensorData};
-
-use crate::tensor::{round_f16, Tensor};
 
 /// A const's values as a runtime tensor (sub-byte and 8-bit integer payloads are widened;
 /// only fp16/fp32/int32/bool consts are values a program computes with).

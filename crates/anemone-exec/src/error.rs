@@ -74,8 +74,8 @@ pub enum ExecError {
         detail: String,
     },
     /// A [`crate::Tensor`] built with data that does not match its shape or dtype.
-    #[error("tensor: {detail}")]
-    InvalidTensor { detail: String },
+    #[error(transparent)]
+    InvalidTensor(#[from] anemone_backend::TensorError),
 }
 
 pub type Result<T, E = ExecError> = std::result::Result<T, E>;

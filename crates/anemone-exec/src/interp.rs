@@ -3,14 +3,14 @@
 
 use std::collections::HashMap;
 
-use anemone_mil::{DType, Op, Var};
+use anemone_backend::{round_f16_in_place, Tensor, MAX_EXACT_INT};
+use anemone_mil::{DType, Op, Precision, Var};
 
 use crate::decompress::{blockwise_shift_scale, const_tensor, lut_to_dense};
 use crate::error::{ExecError, Result};
 use crate::kernels::elementwise::Operand;
 use crate::kernels::{elementwise, linalg, norm, shape};
 use crate::package::{Fused, LoadedPackage, PreparedFunction, State, Step};
-use crate::tensor::{round_f16_in_place, Precision, Tensor, MAX_EXACT_INT};
 
 enum Slot<'a> {
     Empty,

@@ -1,4 +1,5 @@
-//! CPU interpreter of MIL programs as written to disk, in fp32 or fp16-faithful arithmetic.
+//! CPU interpreter of MIL programs as written to disk, in fp32 or fp16-faithful arithmetic;
+//! [`ExecutorBackend`] runs it behind the backend contract of `anemone-backend`.
 //!
 //! ```no_run
 //! use std::collections::HashMap;
@@ -20,14 +21,16 @@
 //! every op output declared fp16 is rounded to fp16 as the ANE stores it, while sums inside
 //! an op (conv, matmul, norms) accumulate in f32.
 
+mod backend;
 pub mod decompress;
 mod error;
 mod interp;
 pub mod kernels;
 mod package;
-mod tensor;
 
 pub use error::{ExecError, Result};
 pub use interp::OpOutput;
 pub use package::{LoadedPackage, Port, Signature, State};
-pub use tensor::{round_f16, round_f16_in_place, Precision, Tensor, MAX_EXACT_INT};
+// The tensor and precision of the backend contract, re-exported for users of the executor alone.
+pub use anemone_backend::{round_f16, round_f16_in_place, Precision, Tensor, MAX_EXACT_INT};
+pub use backend::ExecutorBackend;

@@ -5,12 +5,12 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anemone_mil::{DType, Function, Op, TensorData, TensorType, Var};
+use anemone_backend::{round_f16_in_place, Tensor};
+use anemone_mil::{DType, Function, Op, Precision, TensorData, TensorType, Var};
 use half::f16;
 
 use crate::decompress::{blockwise_shift_scale, const_tensor, lut_to_dense};
 use crate::error::{ExecError, Result};
-use crate::tensor::{Precision, Tensor};
 
 /// One named value of a function signature.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -90,7 +90,7 @@ impl State {
     /// the device stores).
     pub fn insert(&mut self, name: &str, mut value: Tensor) {
         if value.dtype == anemone_mil::DType::F16 {
-            crate::tensor::round_f16_in_place(&mut value.data);
+            round_f16_in_place(&mut value.data);
         }
         self.tensors.insert(name.to_string(), value);
     }

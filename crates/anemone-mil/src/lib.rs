@@ -66,7 +66,7 @@ pub use ir::op::{BinaryOp, ConvParams, GeluMode, Op, ReduceOp, UnaryOp};
 pub use ir::program::{Function, Operation, Program, ValueInfo, Var};
 pub use ir::signature::{arg, param_const_name, OpKind, Presence, Signature, Slot};
 pub use ir::tensor::TensorData;
-pub use ir::types::{DType, SpecVersion, TensorType, ValueType};
+pub use ir::types::{DType, Precision, SpecVersion, TensorType, ValueType};
 pub use package::{read_package, write_package, PackageSummary, WriteOptions};
 pub use print::{print_function, print_program};
 pub use read::read_model_proto;

@@ -143,14 +143,10 @@ fn check_against_reference(
     let manifest = convert(&ckpt, &out, &opts, &Uncompressed, &mut |_| {})
         .unwrap()
         .manifest;
-    let exec_precision = match precision {
-        Precision::Fp16 => anemone_exec::Precision::Fp16,
-        Precision::Fp32 => anemone_exec::Precision::Fp32,
-    };
     let packages: Vec<LoadedPackage> = manifest
         .chunks
         .iter()
-        .map(|c| LoadedPackage::load(&out.join(&c.path), exec_precision).unwrap())
+        .map(|c| LoadedPackage::load(&out.join(&c.path), precision).unwrap())
         .collect();
     let states = packages
         .iter()

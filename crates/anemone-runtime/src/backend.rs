@@ -1,173 +1,138 @@
-//! The one thing a pipeline needs from an execution engine: load a package, make its state,
-//! predict a function with named inputs. Implemented by the MIL executor (any OS); a Core ML
-//! backend implements the same trait on macOS.
+//! The registry of execution engines a bundle can run on: [`BackendKind`] names them (as
+//! `--backend` spells them) and [`run_on_backend`] is the one place a kind becomes a running
+//! [`Pipeline`]. The contract an engine implements is [`anemone_backend::Backend`].
 
-use std::collections::HashMap;
+use std::fmt;
 use std::path::Path;
-use std::sync::Arc;
+use std::str::FromStr;
 
-pub use anemone_exec::{Precision as ExecPrecision, Tensor};
+use anemone_backend::Backend;
+use anemone_exec::ExecutorBackend;
+use anemone_mil::Precision;
 
-/// A function's outputs by name, and the first op whose output held a non-finite value
-/// (`name (type)`), when the backend can tell.
-pub type CheckedOutputs = (HashMap<String, Tensor>, Option<String>);
+use crate::pipeline::{Pipeline, PipelineError, PipelineOptions};
 
-/// An engine that runs `.mlpackage` files as written to disk.
+/// The execution engines a bundle can run on.
 ///
-/// Tensors cross the boundary as [`Tensor`] (values held as f32 whatever the declared dtype;
-/// the declared dtype and shape must match the function's signature).
-pub trait Backend {
-    /// A loaded, ready-to-run package.
-    type Package;
-    /// The values of a package's states (the KV cache of a decoder chunk).
-    type State;
-    type Error: std::error::Error + Send + Sync + 'static;
-
-    /// A short name for messages and reports (`executor-fp16`, `coreml-ane`, …).
-    fn name(&self) -> String;
-    fn load(&self, path: &Path) -> Result<Self::Package, Self::Error>;
-    /// Fresh (zeroed) state for every state `function` declares.
-    fn new_state(
-        &self,
-        package: &Self::Package,
-        function: &str,
-    ) -> Result<Self::State, Self::Error>;
-    /// Sets every value of `state` back to zero (a new sequence).
-    fn reset_state(&self, state: &mut Self::State);
-    /// Runs `function`, reading and writing `state`; returns its outputs by name.
-    fn predict(
-        &self,
-        package: &Self::Package,
-        function: &str,
-        inputs: &HashMap<String, Tensor>,
-        state: &mut Self::State,
-    ) -> Result<HashMap<String, Tensor>, Self::Error>;
-
-    /// Like [`Backend::predict`], also naming the first op (in program order) whose output held
-    /// a non-finite value, as `name (type)`, where the backend can see inside a package. The
-    /// default, for a backend that cannot (Core ML), runs `predict` and names none.
-    fn predict_checked(
-        &self,
-        package: &Self::Package,
-        function: &str,
-        inputs: &HashMap<String, Tensor>,
-        state: &mut Self::State,
-    ) -> Result<CheckedOutputs, Self::Error> {
-        Ok((self.predict(package, function, inputs, state)?, None))
-    }
+/// Closed on purpose: a Core ML backend (its own crate, depending on `anemone-backend` only)
+/// becomes a variant here (`CoreMl`, named `coreml`), an entry of [`BackendKind::ALL`] and an
+/// arm of [`run_on_backend`]; the compiler then points at every other match on the kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum BackendKind {
+    /// The MIL executor of `anemone-exec`: a CPU interpreter of the packages as written to
+    /// disk, in fp16-faithful or fp32 arithmetic, on any OS.
+    #[default]
+    Executor,
 }
 
-/// The executor precision matching a bundle's conversion precision (fp16 bundles run in the
-/// ANE's fp16 arithmetic, fp32 bundles in fp32).
-pub fn native_precision(bundle: anemone_models::ane::Precision) -> ExecPrecision {
-    match bundle {
-        anemone_models::ane::Precision::Fp16 => ExecPrecision::Fp16,
-        anemone_models::ane::Precision::Fp32 => ExecPrecision::Fp32,
-    }
-}
+impl BackendKind {
+    pub const ALL: [BackendKind; 1] = [BackendKind::Executor];
 
-/// The MIL executor ([`anemone_exec`]) in fp32 or fp16-faithful arithmetic, on the global rayon
-/// pool or its own.
-#[derive(Clone)]
-pub struct ExecutorBackend {
-    pub precision: ExecPrecision,
-    pool: Option<Arc<rayon::ThreadPool>>,
-}
-
-impl std::fmt::Debug for ExecutorBackend {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ExecutorBackend")
-            .field("precision", &self.precision)
-            .field(
-                "threads",
-                &self.pool.as_ref().map(|p| p.current_num_threads()),
-            )
-            .finish()
-    }
-}
-
-impl ExecutorBackend {
-    /// Runs on the global rayon pool (all cores unless `RAYON_NUM_THREADS` says otherwise).
-    pub fn new(precision: ExecPrecision) -> Self {
-        ExecutorBackend {
-            precision,
-            pool: None,
+    /// The name `--backend` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Executor => "executor",
         }
     }
+}
 
-    /// Runs every predict on a pool of `threads` threads.
-    pub fn with_threads(
-        precision: ExecPrecision,
-        threads: usize,
-    ) -> Result<Self, rayon::ThreadPoolBuildError> {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .thread_name(|i| format!("anemone-exec-{i}"))
-            .build()?;
-        Ok(ExecutorBackend {
-            precision,
-            pool: Some(Arc::new(pool)),
-        })
+impl fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
     }
 }
 
-impl Backend for ExecutorBackend {
-    type Package = anemone_exec::LoadedPackage;
-    type State = anemone_exec::State;
-    type Error = anemone_exec::ExecError;
+/// A backend name that [`BackendKind::ALL`] does not hold.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown backend `{name}` (one of: {})", known_backends())]
+pub struct UnknownBackend {
+    pub name: String,
+}
 
-    fn name(&self) -> String {
-        format!("executor-{}", self.precision.name())
-    }
+fn known_backends() -> String {
+    let names: Vec<&str> = BackendKind::ALL.iter().map(|k| k.name()).collect();
+    names.join(", ")
+}
 
-    fn load(&self, path: &Path) -> Result<Self::Package, Self::Error> {
-        anemone_exec::LoadedPackage::load(path, self.precision)
-    }
-
-    fn new_state(
-        &self,
-        package: &Self::Package,
-        function: &str,
-    ) -> Result<Self::State, Self::Error> {
-        package.new_state(function)
-    }
-
-    fn reset_state(&self, state: &mut Self::State) {
-        state.reset()
-    }
-
-    fn predict(
-        &self,
-        package: &Self::Package,
-        function: &str,
-        inputs: &HashMap<String, Tensor>,
-        state: &mut Self::State,
-    ) -> Result<HashMap<String, Tensor>, Self::Error> {
-        match &self.pool {
-            Some(pool) => pool.install(|| package.predict(function, inputs, state)),
-            None => package.predict(function, inputs, state),
-        }
-    }
-
-    fn predict_checked(
-        &self,
-        package: &Self::Package,
-        function: &str,
-        inputs: &HashMap<String, Tensor>,
-        state: &mut Self::State,
-    ) -> Result<CheckedOutputs, Self::Error> {
-        let mut first_non_finite = None;
-        let mut run = || {
-            package.predict_observed(function, inputs, state, &mut |o| {
-                if first_non_finite.is_none() && o.tensor.data.iter().any(|v| !v.is_finite()) {
-                    first_non_finite = Some(format!("{} ({})", o.op, o.op_type));
-                }
+impl FromStr for BackendKind {
+    type Err = UnknownBackend;
+    fn from_str(s: &str) -> Result<Self, UnknownBackend> {
+        BackendKind::ALL
+            .into_iter()
+            .find(|k| k.name() == s)
+            .ok_or_else(|| UnknownBackend {
+                name: s.to_string(),
             })
-        };
-        let outputs = match &self.pool {
-            Some(pool) => pool.install(run)?,
-            None => run()?,
-        };
-        Ok((outputs, first_non_finite))
+    }
+}
+
+/// Where and how a bundle runs: the engine, its arithmetic, its threads (`None`: all cores).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BackendChoice {
+    pub kind: BackendKind,
+    pub precision: Precision,
+    pub threads: Option<usize>,
+}
+
+/// Work done with an open pipeline, whatever engine runs it. [`Backend`] has associated types,
+/// so each engine makes its own `Pipeline<B>` type: callers hand [`run_on_backend`] a task
+/// generic over `B` instead of receiving a pipeline.
+pub trait PipelineTask {
+    type Output;
+    fn run<B: Backend>(self, pipeline: Pipeline<B>) -> Self::Output;
+}
+
+/// Opens the bundle at `dir` on the engine `choice` names and runs `task` on the pipeline.
+pub fn run_on_backend<T: PipelineTask>(
+    dir: &Path,
+    choice: &BackendChoice,
+    options: &PipelineOptions,
+    task: T,
+) -> Result<T::Output, PipelineError> {
+    match choice.kind {
+        BackendKind::Executor => {
+            let backend =
+                match choice.threads {
+                    Some(threads) => ExecutorBackend::with_threads(choice.precision, threads)
+                        .map_err(|e| PipelineError::ThreadPool {
+                            threads,
+                            problem: e.to_string(),
+                        })?,
+                    None => ExecutorBackend::new(choice.precision),
+                };
+            Ok(task.run(Pipeline::open(dir, backend, options)?))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_backend_name_parses_back_to_its_kind() {
+        for kind in BackendKind::ALL {
+            assert_eq!(kind.name().parse::<BackendKind>(), Ok(kind));
+            assert_eq!(kind.to_string(), kind.name());
+        }
+        assert_eq!("executor".parse::<BackendKind>(), Ok(BackendKind::Executor));
+        assert_eq!(BackendKind::default(), BackendKind::Executor);
+    }
+
+    #[test]
+    fn an_unknown_backend_name_lists_the_known_ones() {
+        let err = "coreml".parse::<BackendKind>().unwrap_err();
+        assert_eq!(
+            err,
+            UnknownBackend {
+                name: "coreml".into()
+            }
+        );
+        assert_eq!(
+            err.to_string(),
+            "unknown backend `coreml` (one of: executor)"
+        );
+        assert!("Executor".parse::<BackendKind>().is_err());
+        assert!("".parse::<BackendKind>().is_err());
     }
 }

@@ -1,4 +1,5 @@
-//! Generation runtime: the [`LogitsModel`] trait every backend implements, sampling, chat
+//! Generation runtime: the [`LogitsModel`] trait every model implements, the registry of
+//! backends a bundle runs on ([`backend::BackendKind`]), sampling, chat
 //! templates, incremental detokenization and the generation loop.
 
 pub mod backend;

@@ -6,9 +6,9 @@
 
 mod pipeline_common;
 
+use anemone_exec::ExecutorBackend;
 use anemone_models::ane::{ChunkOptions, ChunkSizing, LmHeadPlacement, Precision, StateLayout};
 use anemone_models::bundle::ConvertOptions;
-use anemone_runtime::backend::{ExecPrecision, ExecutorBackend};
 use anemone_runtime::pipeline::{Pipeline, PipelineOptions};
 use anemone_runtime::{generate, npy, GenerationOptions};
 use pipeline_common::*;
@@ -60,7 +60,7 @@ fn fp32_bundles_match_transformers() {
         convert_to(&f.dir, &out, &options);
         let pipeline = Pipeline::open(
             &out,
-            ExecutorBackend::new(ExecPrecision::Fp32),
+            ExecutorBackend::new(Precision::Fp32),
             &PipelineOptions::default(),
         )
         .unwrap_or_else(|e| panic!("{what}: {e}"));
@@ -126,7 +126,7 @@ fn feeding_in_pieces_equals_feeding_at_once() {
     convert_to(&f.dir, &out, &small_options(chunk));
     let pipeline = Pipeline::open(
         &out,
-        ExecutorBackend::new(ExecPrecision::Fp32),
+        ExecutorBackend::new(Precision::Fp32),
         &PipelineOptions::default(),
     )
     .unwrap();
@@ -172,7 +172,7 @@ fn context_overflow_is_an_error_never_a_truncation() {
     let tmp = tempfile::tempdir().unwrap();
     let pipeline = Pipeline::open(
         &small_bundle(tmp.path()),
-        ExecutorBackend::new(ExecPrecision::Fp32),
+        ExecutorBackend::new(Precision::Fp32),
         &PipelineOptions::default(),
     )
     .unwrap();
@@ -240,7 +240,7 @@ fn bundle_files_are_checked_against_the_manifest() {
     let open = || {
         Pipeline::open(
             &bundle,
-            ExecutorBackend::new(ExecPrecision::Fp32),
+            ExecutorBackend::new(Precision::Fp32),
             &PipelineOptions::default(),
         )
     };
@@ -262,7 +262,7 @@ fn bundle_files_are_checked_against_the_manifest() {
     // verification off: the extra file does not matter, the bundle runs
     let pipeline = Pipeline::open(
         &bundle,
-        ExecutorBackend::new(ExecPrecision::Fp32),
+        ExecutorBackend::new(Precision::Fp32),
         &PipelineOptions {
             verify_hashes: false,
             ..PipelineOptions::default()

@@ -8,10 +8,10 @@
 
 mod pipeline_common;
 
+use anemone_exec::ExecutorBackend;
 use anemone_models::ane::{ChunkOptions, Precision, Uncompressed};
 use anemone_models::bundle::convert;
 use anemone_models::reference::{ReferenceModel, ReferenceOptions};
-use anemone_runtime::backend::{ExecPrecision, ExecutorBackend};
 use anemone_runtime::gate::{run_gate, GateOptions, ResolvedPrompt};
 use anemone_runtime::pipeline::{Pipeline, PipelineOptions};
 use pipeline_common::*;
@@ -80,7 +80,7 @@ fn gate_real_model(model: &str, max_prompts: usize) {
     .unwrap();
     let pipeline = Pipeline::open(
         &out,
-        ExecutorBackend::new(ExecPrecision::Fp16),
+        ExecutorBackend::new(Precision::Fp16),
         &PipelineOptions::default(),
     )
     .unwrap();

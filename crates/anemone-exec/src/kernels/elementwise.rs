@@ -1,8 +1,7 @@
 //! Elementwise kernels: broadcasting binary ops, unary activations, casts.
 
+use anemone_backend::{round_f16, MAX_EXACT_INT};
 use anemone_mil::{BinaryOp, DType, GeluMode, UnaryOp};
-
-use crate::tensor::{round_f16, MAX_EXACT_INT};
 
 /// Strides of `shape` seen from a broadcast output of rank `out_rank` (0 on broadcast axes).
 fn broadcast_strides(shape: &[usize], out_shape: &[usize]) -> Vec<usize> {

@@ -247,3 +247,67 @@ impl SpecVersion {
         self >= SpecVersion::V9
     }
 }
+
+/// Arithmetic precision, one for every stage: the compute and weight precision of a converted
+/// graph (serialized in a bundle manifest as `"fp16"` / `"fp32"`) and how the executor rounds.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    /// What the Neural Engine runs: fp16 weights and compute. The executor rounds every fp16 op
+    /// output and state write to fp16 (nearest even: magnitudes in [65504, 65520) become 65504,
+    /// from 65520 on ±inf); inside an op sums accumulate in f32. Pure data movement (slices,
+    /// concat, reshape, state reads) is not re-rounded: its fp16 operands already are.
+    #[default]
+    Fp16,
+    /// fp32 weights and compute (a graph's KV state stays fp16, as Core ML requires): runs on
+    /// CPU/GPU only, for exact checks against the reference. The executor reads fp16 values as
+    /// f32 and does not round results.
+    Fp32,
+}
+
+impl Precision {
+    pub const ALL: [Precision; 2] = [Precision::Fp16, Precision::Fp32];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::Fp16 => "fp16",
+            Precision::Fp32 => "fp32",
+        }
+    }
+
+    /// The dtype of a graph's weights and activations in this precision.
+    pub fn dtype(self) -> DType {
+        match self {
+            Precision::Fp16 => DType::F16,
+            Precision::Fp32 => DType::F32,
+        }
+    }
+
+    pub fn bytes_per_weight(self) -> usize {
+        match self {
+            Precision::Fp16 => 2,
+            Precision::Fp32 => 4,
+        }
+    }
+}
+
+impl fmt::Display for Precision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Precision {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Precision::ALL
+            .into_iter()
+            .find(|p| p.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<&str> = Precision::ALL.iter().map(|p| p.name()).collect();
+                format!("unknown precision `{s}` (one of: {})", names.join(", "))
+            })
+    }
+}

@@ -5,40 +5,8 @@ use serde::{Deserialize, Serialize};
 
 use super::AneError;
 
-/// Compute and weight precision of the converted graph.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum Precision {
-    /// fp16 compute and weights: what the Neural Engine runs.
-    #[default]
-    Fp16,
-    /// fp32 compute and weights (KV state stays fp16, as Core ML requires): runs on CPU/GPU only,
-    /// for exact checks against the reference.
-    Fp32,
-}
-
-impl Precision {
-    pub fn dtype(self) -> anemone_mil::DType {
-        match self {
-            Precision::Fp16 => anemone_mil::DType::F16,
-            Precision::Fp32 => anemone_mil::DType::F32,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Precision::Fp16 => "fp16",
-            Precision::Fp32 => "fp32",
-        }
-    }
-
-    pub fn bytes_per_weight(self) -> usize {
-        match self {
-            Precision::Fp16 => 2,
-            Precision::Fp32 => 4,
-        }
-    }
-}
+/// Compute and weight precision of the converted graph: the one precision type of the workspace.
+pub use anemone_mil::Precision;
 
 /// How RMSNorm (and QK-norm) is written in the graph. All three are the same function in exact
 /// arithmetic; they differ in fp16 overflow behaviour.
@@ -193,7 +161,6 @@ macro_rules! parse_by_name {
     };
 }
 
-parse_by_name!(Precision, "precision", [Precision::Fp16, Precision::Fp32]);
 parse_by_name!(
     NormForm,
     "norm form",

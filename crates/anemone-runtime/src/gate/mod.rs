@@ -16,11 +16,11 @@ pub mod prompts;
 use std::path::PathBuf;
 use std::time::Instant;
 
+use anemone_backend::Backend;
 use anemone_checkpoint::TokenizerBundle;
 use anemone_models::reference::{ForwardError, ReferenceModel};
 use serde::Serialize;
 
-use crate::backend::Backend;
 use crate::error::RuntimeError;
 use crate::pipeline::{Pipeline, PipelineError};
 pub use prompts::{default_prompts, read_prompts, resolve, GatePrompt, ResolvedPrompt};

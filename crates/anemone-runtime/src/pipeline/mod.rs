@@ -14,12 +14,11 @@ pub use session::{FeedTrace, Session};
 
 use std::path::{Path, PathBuf};
 
+use anemone_backend::Backend;
 use anemone_checkpoint::TokenizerBundle;
 use anemone_mil::DType;
 use anemone_models::ane::names;
 use anemone_models::bundle::{self, BundleError, FileCheck, Manifest};
-
-use crate::backend::Backend;
 
 /// Errors opening or running a bundle; each names the file, package, function or token.
 #[derive(Debug, thiserror::Error)]

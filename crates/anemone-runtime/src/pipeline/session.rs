@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use anemone_exec::Tensor;
+use anemone_backend::{Backend, Tensor};
 use anemone_mil::DType;
 use anemone_models::ane::{
     io::{causal_mask, rope_tables},
@@ -11,7 +11,6 @@ use anemone_models::ane::{
 };
 
 use super::{backend_error, Pipeline, PipelineError};
-use crate::backend::Backend;
 use crate::error::RuntimeError;
 use crate::model::LogitsModel;
 

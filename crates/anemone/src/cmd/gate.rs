@@ -3,9 +3,11 @@
 
 use std::path::{Path, PathBuf};
 
+use anemone_backend::Backend;
 use anemone_checkpoint::Checkpoint;
+use anemone_mil::Precision;
 use anemone_models::reference::{ReferenceModel, ReferenceOptions};
-use anemone_runtime::backend::{native_precision, ExecPrecision, ExecutorBackend};
+use anemone_runtime::backend::{run_on_backend, BackendChoice, BackendKind, PipelineTask};
 use anemone_runtime::gate::{self, plot, GateOptions, GateReport};
 use anemone_runtime::pipeline::{Pipeline, PipelineOptions};
 use anyhow::{bail, Context, Result};
@@ -49,7 +51,12 @@ pub struct GateArgs {
     /// Executor precision(s), comma-separated: each bundle runs once per precision. Default: the
     /// bundle's own precision.
     #[arg(long, value_delimiter = ',')]
-    pub precision: Vec<ExecPrecision>,
+    pub precision: Vec<Precision>,
+
+    /// The engine that runs the bundles. executor: the MIL executor, a CPU interpreter on any OS
+    /// that also names the first op producing inf or NaN (the only backend yet).
+    #[arg(long, default_value_t, value_parser = super::backend_parser())]
+    pub backend: BackendKind,
 
     /// Least fraction of steps (margin ≥ --near-tie) whose top-1 agrees.
     #[arg(long, default_value_t = 1.0)]
@@ -122,7 +129,7 @@ pub fn run(args: GateArgs) -> Result<()> {
         let manifest = anemone_models::bundle::read_manifest(bundle)
             .with_context(|| format!("reading bundle {}", bundle.display()))?;
         let precisions = if args.precision.is_empty() {
-            vec![native_precision(manifest.conversion.precision)]
+            vec![manifest.conversion.precision]
         } else {
             args.precision.clone()
         };
@@ -175,7 +182,7 @@ pub fn run(args: GateArgs) -> Result<()> {
 
 fn gate_one(
     bundle: &Path,
-    precision: ExecPrecision,
+    precision: Precision,
     checkpoint: &Checkpoint,
     reference: &mut ReferenceModel,
     given: &[gate::GatePrompt],
@@ -183,46 +190,79 @@ fn gate_one(
     args: &GateArgs,
 ) -> Result<GateReport> {
     let spinner = spinner(format!("loading {} ({precision})", bundle.display()));
-    let backend = match args.threads {
-        Some(threads) => ExecutorBackend::with_threads(precision, threads)?,
-        None => ExecutorBackend::new(precision),
+    let choice = BackendChoice {
+        kind: args.backend,
+        precision,
+        threads: args.threads,
     };
-    let pipeline = Pipeline::open(
+    let pipeline_options = PipelineOptions {
+        verify_hashes: !args.no_verify,
+        host_threads: args.threads,
+    };
+    let task = GateOnBundle {
         bundle,
-        backend,
-        &PipelineOptions {
-            verify_hashes: !args.no_verify,
-            host_threads: args.threads,
-        },
-    )
-    .with_context(|| format!("opening bundle {}", bundle.display()))?;
-    spinner.finish_and_clear();
-    let tokenizer = checkpoint.tokenizer.as_ref().or(pipeline.tokenizer());
-    let prompts = gate::resolve(given, tokenizer)?;
-    let bar = indicatif::ProgressBar::new(0).with_style(
-        indicatif::ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} steps ({elapsed})")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-    );
-    bar.set_message(format!("gating {} ({precision})", bundle.display()));
-    let mut report = gate::run_gate(
-        &pipeline,
+        precision,
+        checkpoint,
         reference,
-        &prompts,
-        tokenizer,
+        given,
         options,
-        &mut |p| {
-            bar.set_length(p.total as u64);
-            bar.set_position(p.done as u64);
-        },
-    )
-    .with_context(|| format!("gating {}", bundle.display()))?;
-    bar.finish_and_clear();
+        spinner,
+    };
+    let mut report = run_on_backend(bundle, &choice, &pipeline_options, task)
+        .with_context(|| format!("opening bundle {}", bundle.display()))??;
     let name = bundle
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     report.variant = format!("{name}: {}", report.variant);
     Ok(report)
+}
+
+/// The gate of one bundle in one precision, whatever backend runs it.
+struct GateOnBundle<'a> {
+    bundle: &'a Path,
+    precision: Precision,
+    checkpoint: &'a Checkpoint,
+    reference: &'a mut ReferenceModel,
+    given: &'a [gate::GatePrompt],
+    options: &'a GateOptions,
+    /// Shown while the bundle loads; cleared once it is open.
+    spinner: indicatif::ProgressBar,
+}
+
+impl PipelineTask for GateOnBundle<'_> {
+    type Output = Result<GateReport>;
+
+    fn run<B: Backend>(self, pipeline: Pipeline<B>) -> Result<GateReport> {
+        self.spinner.finish_and_clear();
+        let tokenizer = self.checkpoint.tokenizer.as_ref().or(pipeline.tokenizer());
+        let prompts = gate::resolve(self.given, tokenizer)?;
+        let bar = indicatif::ProgressBar::new(0).with_style(
+            indicatif::ProgressStyle::with_template(
+                "{msg} [{bar:30}] {pos}/{len} steps ({elapsed})",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        bar.set_message(format!(
+            "gating {} ({})",
+            self.bundle.display(),
+            self.precision
+        ));
+        let report = gate::run_gate(
+            &pipeline,
+            self.reference,
+            &prompts,
+            tokenizer,
+            self.options,
+            &mut |p| {
+                bar.set_length(p.total as u64);
+                bar.set_position(p.done as u64);
+            },
+        )
+        .with_context(|| format!("gating {}", self.bundle.display()))?;
+        bar.finish_and_clear();
+        Ok(report)
+    }
 }
 
 fn print_report(r: &GateReport) {

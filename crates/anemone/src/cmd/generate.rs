@@ -1,9 +1,12 @@
 //! `anemone generate`: text (or token ids) from a checkpoint through the fp32 reference forward,
-//! or from a converted bundle through the MIL executor (fp16 or fp32 arithmetic).
+//! or from a converted bundle on a backend (the MIL executor, fp16 or fp32 arithmetic).
 
+use anemone_backend::Backend;
 use anemone_checkpoint::{Checkpoint, TokenizerBundle};
+use anemone_mil::Precision;
+use anemone_models::bundle::Manifest;
 use anemone_models::reference::{ReferenceModel, ReferenceOptions};
-use anemone_runtime::backend::{native_precision, ExecPrecision, ExecutorBackend};
+use anemone_runtime::backend::{run_on_backend, BackendChoice, BackendKind, PipelineTask};
 use anemone_runtime::pipeline::{Pipeline, PipelineOptions};
 use anemone_runtime::{
     generate, npy, prompt, Generation, GenerationOptions, LogitsModel, SamplerConfig, TextStream,
@@ -13,7 +16,8 @@ use clap::Args;
 use std::io::Write;
 use std::path::PathBuf;
 
-/// Generate text from a checkpoint (fp32 reference forward) or a bundle (the MIL executor).
+/// Generate text from a checkpoint (fp32 reference forward) or a bundle (on a backend: the MIL
+/// executor).
 ///
 /// Text is streamed to stdout as it is generated; prefill and decode tok/s go to stderr.
 /// Sampling is greedy unless --temperature is above 0.
@@ -87,7 +91,12 @@ pub struct GenerateArgs {
     /// Bundles only: the executor's arithmetic, fp16 (as the Neural Engine computes) or fp32.
     /// Default: the bundle's own precision.
     #[arg(long)]
-    pub precision: Option<ExecPrecision>,
+    pub precision: Option<Precision>,
+
+    /// Bundles only: the engine that runs the bundle's packages. executor: the MIL executor, a
+    /// CPU interpreter on any OS (the only backend yet). Default: executor.
+    #[arg(long, value_parser = super::backend_parser())]
+    pub backend: Option<BackendKind>,
 }
 
 #[derive(serde::Serialize)]
@@ -105,14 +114,13 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         .join(anemone_models::bundle::MANIFEST_FILE)
         .is_file()
     {
-        let pipeline = open_bundle(&args)?;
-        let session = pipeline.session()?;
-        return run_model(&args, pipeline.tokenizer(), pipeline.stop_ids(), || {
-            Ok(session)
-        });
+        return run_bundle(&args);
     }
     if args.precision.is_some() {
         bail!("--precision applies to bundles; a checkpoint runs the fp32 reference forward");
+    }
+    if args.backend.is_some() {
+        bail!("--backend applies to bundles; a checkpoint runs the fp32 reference forward");
     }
     let checkpoint = load_checkpoint(&args)?;
     let tokenizer = checkpoint.tokenizer.as_ref();
@@ -218,34 +226,61 @@ fn load_checkpoint(args: &GenerateArgs) -> Result<Checkpoint> {
     Ok(checkpoint)
 }
 
-fn open_bundle(args: &GenerateArgs) -> Result<Pipeline<ExecutorBackend>> {
+/// Opens the bundle on the chosen backend and generates from it.
+fn run_bundle(args: &GenerateArgs) -> Result<()> {
     let manifest = anemone_models::bundle::read_manifest(&args.model)
         .with_context(|| format!("reading bundle {}", args.model.display()))?;
-    let precision = args
-        .precision
-        .unwrap_or_else(|| native_precision(manifest.conversion.precision));
-    let backend = match args.threads {
-        Some(threads) => ExecutorBackend::with_threads(precision, threads)?,
-        None => ExecutorBackend::new(precision),
+    let choice = BackendChoice {
+        kind: args.backend.unwrap_or_default(),
+        precision: args.precision.unwrap_or(manifest.conversion.precision),
+        threads: args.threads,
     };
     let spinner = spinner(format!(
-        "loading bundle {} ({precision} executor)",
-        args.model.display()
+        "loading bundle {} ({} {})",
+        args.model.display(),
+        choice.precision,
+        choice.kind
     ));
     let options = PipelineOptions {
         host_threads: args.threads,
         ..PipelineOptions::default()
     };
-    let pipeline = Pipeline::open(&args.model, backend, &options)
-        .with_context(|| format!("opening bundle {}", args.model.display()))?;
-    spinner.finish_and_clear();
-    tracing::info!(
-        context = pipeline.context(),
-        chunks = manifest.chunks.len(),
-        %precision,
-        "bundle ready"
-    );
-    Ok(pipeline)
+    let task = GenerateFromBundle {
+        args,
+        manifest: &manifest,
+        choice: &choice,
+        spinner,
+    };
+    run_on_backend(&args.model, &choice, &options, task)
+        .with_context(|| format!("opening bundle {}", args.model.display()))?
+}
+
+/// `generate` on an open bundle, whatever backend runs it.
+struct GenerateFromBundle<'a> {
+    args: &'a GenerateArgs,
+    manifest: &'a Manifest,
+    choice: &'a BackendChoice,
+    /// Shown while the bundle loads; cleared once it is open.
+    spinner: indicatif::ProgressBar,
+}
+
+impl PipelineTask for GenerateFromBundle<'_> {
+    type Output = Result<()>;
+
+    fn run<B: Backend>(self, pipeline: Pipeline<B>) -> Result<()> {
+        self.spinner.finish_and_clear();
+        tracing::info!(
+            context = pipeline.context(),
+            chunks = self.manifest.chunks.len(),
+            precision = %self.choice.precision,
+            backend = %self.choice.kind,
+            "bundle ready"
+        );
+        let session = pipeline.session()?;
+        run_model(self.args, pipeline.tokenizer(), pipeline.stop_ids(), || {
+            Ok(session)
+        })
+    }
 }
 
 fn load_reference(checkpoint: &Checkpoint, args: &GenerateArgs) -> Result<ReferenceModel> {

@@ -1,12 +1,20 @@
-//! Runtime tensors (values held as f32 whatever their declared dtype) and fp16 rounding.
+//! The tensor that crosses the [`crate::Backend`] boundary: values held as f32 whatever the
+//! declared dtype.
 
 use std::fmt;
-use std::str::FromStr;
 
 use anemone_mil::{DType, TensorType};
-use half::f16;
 
-use crate::error::{ExecError, Result};
+use crate::fp16::round_f16_in_place;
+
+/// A tensor built with data that does not match its shape or dtype.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("tensor: {detail}")]
+pub struct TensorError {
+    pub detail: String,
+}
+
+type Result<T, E = TensorError> = std::result::Result<T, E>;
 
 /// Largest magnitude an int32 tensor may hold: its values are stored as f32, exact up to 2^24.
 pub const MAX_EXACT_INT: f32 = 16_777_216.0;
@@ -25,7 +33,7 @@ fn check_runtime_dtype(dtype: DType) -> Result<()> {
     if matches!(dtype, DType::F16 | DType::F32 | DType::I32 | DType::Bool) {
         Ok(())
     } else {
-        Err(ExecError::InvalidTensor {
+        Err(TensorError {
             detail: format!(
                 "{dtype} is a storage-only type; runtime tensors are fp16/fp32/int32/bool"
             ),
@@ -41,7 +49,7 @@ impl Tensor {
         check_runtime_dtype(dtype)?;
         let numel: usize = shape.iter().product();
         if numel != data.len() {
-            return Err(ExecError::InvalidTensor {
+            return Err(TensorError {
                 detail: format!(
                     "{dtype} shape {shape:?} holds {numel} elements, got {}",
                     data.len()
@@ -52,7 +60,7 @@ impl Tensor {
             DType::F16 => round_f16_in_place(&mut data),
             DType::I32 | DType::Bool => {
                 if let Some((i, v)) = data.iter().enumerate().find(|(_, v)| !fits_int(dtype, **v)) {
-                    return Err(ExecError::InvalidTensor {
+                    return Err(TensorError {
                         detail: format!("{dtype} element {i} = {v} is not a representable value"),
                     });
                 }
@@ -120,52 +128,28 @@ fn fits_int(dtype: DType, v: f32) -> bool {
     }
 }
 
-/// How the executor rounds values.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
-pub enum Precision {
-    /// Everything in f32; fp16 values are read as f32 and results are not rounded.
-    Fp32,
-    /// As the ANE stores values: every fp16 op output and state write is rounded to fp16
-    /// (nearest even: magnitudes in [65504, 65520) become 65504, from 65520 on ±inf); inside
-    /// an op sums accumulate in f32. Pure data movement (slices, concat, reshape, state reads)
-    /// is not re-rounded: its fp16 operands already are.
-    #[default]
-    Fp16,
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-impl Precision {
-    pub fn name(self) -> &'static str {
-        match self {
-            Precision::Fp32 => "fp32",
-            Precision::Fp16 => "fp16",
-        }
+    #[test]
+    fn fp16_tensors_hold_fp16_values() {
+        let t = Tensor::f16([3], vec![1.0 / 3.0, 65519.0, 65520.0]).unwrap();
+        assert_eq!(t.data, [0.33325195, 65504.0, f32::INFINITY]);
+        assert_eq!(t.to_string(), "tensor<fp16, [3]>");
     }
-}
 
-impl fmt::Display for Precision {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+    #[test]
+    fn mismatched_data_is_refused_with_what_is_wrong() {
+        let err = Tensor::f32([2, 2], vec![0.0; 3]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "tensor: fp32 shape [2, 2] holds 4 elements, got 3"
+        );
+        assert!(Tensor::new(DType::I32, [1], vec![0.5]).is_err());
+        assert!(Tensor::new(DType::Bool, [1], vec![2.0]).is_err());
+        assert!(Tensor::new(DType::I32, [1], vec![MAX_EXACT_INT * 2.0]).is_err());
+        assert!(Tensor::new(DType::U4, [1], vec![1.0]).is_err());
+        assert_eq!(Tensor::i32([2], &[-3, 7]).unwrap().to_i32_vec(), [-3, 7]);
     }
-}
-
-impl FromStr for Precision {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        match s {
-            "fp32" => Ok(Precision::Fp32),
-            "fp16" => Ok(Precision::Fp16),
-            other => Err(format!("unknown precision `{other}` (fp16 or fp32)")),
-        }
-    }
-}
-
-/// Rounds one value to the nearest fp16 (ties to even) and back.
-#[inline]
-pub fn round_f16(v: f32) -> f32 {
-    f16::from_f32(v).to_f32()
-}
-
-/// Rounds every value to fp16 in place (F16C where the CPU has it).
-pub fn round_f16_in_place(data: &mut [f32]) {
-    crate::kernels::simd::round_f16_slice(data)
 }

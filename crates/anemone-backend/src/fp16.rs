@@ -1,0 +1,79 @@
+//! Rounding f32 values to fp16 and back, as the Neural Engine stores them.
+
+use half::f16;
+
+/// Rounds one value to the nearest fp16 (ties to even) and back.
+#[inline]
+pub fn round_f16(v: f32) -> f32 {
+    f16::from_f32(v).to_f32()
+}
+
+/// Rounds every value to fp16 in place (nearest even, ±inf beyond the range; F16C where the
+/// CPU has it).
+pub fn round_f16_in_place(data: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx") && is_x86_feature_detected!("f16c") {
+        // SAFETY: the features `round_f16` is compiled for were detected at run time.
+        unsafe { f16c::round_f16(data) };
+        return;
+    }
+    data.iter_mut().for_each(|v| *v = round_f16(*v));
+}
+
+#[cfg(target_arch = "x86_64")]
+mod f16c {
+    use std::arch::x86_64::*;
+
+    /// # Safety
+    /// The CPU must support AVX and F16C.
+    #[target_feature(enable = "avx,f16c")]
+    pub unsafe fn round_f16(data: &mut [f32]) {
+        let n = data.len() / 8 * 8;
+        let p = data.as_mut_ptr();
+        let mut i = 0;
+        while i < n {
+            let v = _mm256_loadu_ps(p.add(i));
+            let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(v);
+            _mm256_storeu_ps(p.add(i), _mm256_cvtph_ps(h));
+            i += 8;
+        }
+        for v in &mut data[n..] {
+            *v = half::f16::from_f32(*v).to_f32();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn simd_fp16_rounding_matches_half() {
+        let mut v: Vec<f32> = (0..1000)
+            .map(|i| ((i as f32) - 500.0) * 131.071 + (i % 7) as f32 * 1e-3)
+            .chain([
+                65504.0,
+                65519.0,
+                65520.0,
+                -65520.0,
+                1e-8,
+                -1e-8,
+                6.1e-5,
+                f32::NAN,
+                f32::INFINITY,
+            ])
+            .collect();
+        let want: Vec<u32> = v
+            .iter()
+            .map(|&x| f16::from_f32(x).to_f32().to_bits())
+            .collect();
+        round_f16_in_place(&mut v);
+        for (i, (g, w)) in v.iter().zip(&want).enumerate() {
+            assert!(
+                g.to_bits() == *w || (g.is_nan() && f32::from_bits(*w).is_nan()),
+                "element {i}: {g} vs {}",
+                f32::from_bits(*w)
+            );
+        }
+    }
+}

@@ -1,0 +1,17 @@
+//! The contract between the shared pipeline and an execution engine.
+//!
+//! An engine (the MIL executor in `anemone-exec`; a Core ML backend on macOS) implements
+//! [`Backend`]: load a `.mlpackage`, make the state its functions declare, predict a function
+//! with named [`Tensor`] inputs. The generation pipeline, sessions and the numerics gate in
+//! `anemone-runtime` are generic over `B: Backend`, so an engine depends on this crate (and
+//! `anemone-mil` for dtypes and [`Precision`]) and on nothing of the interpreter. Where a new
+//! backend is registered for the CLI: `docs/ARCHITECTURE.md`.
+
+mod backend;
+mod fp16;
+mod tensor;
+
+pub use anemone_mil::Precision;
+pub use backend::{Backend, CheckedOutputs};
+pub use fp16::{round_f16, round_f16_in_place};
+pub use tensor::{Tensor, TensorError, MAX_EXACT_INT};
