@@ -23,6 +23,8 @@ pub enum EncoderRunError {
     Bundle(#[from] BundleError),
     #[error(transparent)]
     Exec(#[from] anemone_exec::ExecError),
+    #[error(transparent)]
+    Tensor(#[from] anemone_backend::TensorError),
     #[error("{}: {problem}", path.display())]
     Kind {
         path: std::path::PathBuf,
