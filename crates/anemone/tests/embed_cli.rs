@@ -43,7 +43,7 @@ fn embed_convert_gate_and_bad_inputs() {
     assert_eq!(v["inputs"][1]["bucket"], 8);
     assert_eq!(v["inputs"][1]["embedding"].as_array().unwrap().len(), 32);
 
-    let long = vec!["w5"; 9].join(" ");
+    let long = ["w5"; 9].join(" ");
     let out = anemone(&["embed", bundle.to_str().unwrap(), "--text", &long]);
     let err = text(&out.stderr);
     assert!(

@@ -229,6 +229,9 @@ const TOKEN_TYPE: &str = "embeddings.token_type_embeddings.weight";
 const HEAD_A: &str = "head.dense";
 const HEAD_B: &str = "head.out";
 
+/// A host tensor: name, shape, dtype and little-endian bytes.
+type HostTensor = (String, Vec<usize>, (Dtype, Vec<u8>));
+
 fn write_host(
     config: &EncoderConfig,
     w: &EncoderWeights,
@@ -250,7 +253,7 @@ fn write_host(
     let f32_bytes = |v: &[f32]| -> (Dtype, Vec<u8>) {
         (Dtype::F32, v.iter().flat_map(|x| x.to_le_bytes()).collect())
     };
-    let mut tensors: Vec<(String, Vec<usize>, (Dtype, Vec<u8>))> = vec![
+    let mut tensors: Vec<HostTensor> = vec![
         (WORD.into(), vec![config.vocab_size, h], table(&w.word)),
         (
             POSITION.into(),

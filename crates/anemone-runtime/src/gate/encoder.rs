@@ -166,7 +166,7 @@ pub fn gate_encoder(
             ),
             _ => (None, None),
         };
-        if !(embedding_cosine >= min_embedding_cosine) {
+        if embedding_cosine.is_nan() || embedding_cosine < min_embedding_cosine {
             failures.push(format!(
                 "input {} ({} tokens): embedding cosine {embedding_cosine:.7} < {min_embedding_cosine}",
                 g.index, g.tokens
