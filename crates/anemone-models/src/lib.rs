@@ -18,6 +18,7 @@
 pub mod ane;
 pub mod attention;
 pub mod bundle;
+pub mod encoder;
 pub mod families;
 pub mod reference;
 

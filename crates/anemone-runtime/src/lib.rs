@@ -16,6 +16,7 @@
 
 pub mod backend;
 pub mod chat;
+pub mod encoder;
 pub mod error;
 pub mod gate;
 pub mod generate;

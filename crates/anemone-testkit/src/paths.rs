@@ -78,3 +78,8 @@ pub fn tree_bytes(dir: &Path) -> Vec<(String, Vec<u8>)> {
     walk(dir, dir, &mut out);
     out
 }
+
+/// The encoder oracle fixtures (`tools/oracle/make_encoder_fixtures.py`).
+pub fn oracle_encoders_root() -> PathBuf {
+    repo_root().join("tests/fixtures/oracle-encoders")
+}

@@ -22,6 +22,8 @@ enum Command {
     Convert(cmd::convert::ConvertArgs),
     Inspect(cmd::inspect::InspectArgs),
     Gate(cmd::gate::GateArgs),
+    Embed(cmd::embed::EmbedArgs),
+    Classify(cmd::embed::ClassifyArgs),
 }
 
 fn main() -> ExitCode {
@@ -33,6 +35,8 @@ fn main() -> ExitCode {
         Command::Convert(args) => cmd::convert::run(args),
         Command::Inspect(args) => cmd::inspect::run(args),
         Command::Gate(args) => cmd::gate::run(args),
+        Command::Embed(args) => cmd::embed::run_embed(args),
+        Command::Classify(args) => cmd::embed::run_classify(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -2,7 +2,9 @@
 
 pub mod compress_opts;
 pub mod convert;
+pub mod embed;
 pub mod gate;
+pub mod gate_encoder;
 pub mod generate;
 pub mod inspect;
 
