@@ -1,5 +1,6 @@
-//! Model families: one file per architecture family (`llama.rs`, `qwen2.rs`, `qwen3.rs`), each
-//! implementing [`Family`] — its name, the `model_type` / `general.architecture` values it reads,
+//! Model families: one file per architecture family (`llama.rs`, `qwen2.rs`, `qwen3.rs`,
+//! `bert.rs`), each implementing [`Family`] (a Llama-like decoder as one `static`
+//! [`decoder::LlamaLike`]) — its name, the `model_type` / `general.architecture` values it reads,
 //! its config mapping (Hugging Face `config.json` keys and defaults, GGUF metadata keys), its
 //! tensor names (Hugging Face and GGUF) — and the one registry [`FAMILIES`] through which a
 //! checkpoint is opened ([`open_checkpoint`]).
@@ -17,9 +18,9 @@ mod qwen2;
 mod qwen3;
 
 pub use bert::Bert;
-pub use llama::Llama;
-pub use qwen2::Qwen2;
-pub use qwen3::Qwen3;
+pub use llama::LLAMA;
+pub use qwen2::QWEN2;
+pub use qwen3::QWEN3;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -29,7 +30,7 @@ use anemone_checkpoint::hf::{self, JsonFields};
 use anemone_checkpoint::{Checkpoint, CheckpointError, DecoderConfig, Result};
 
 /// Every family anemone knows, in the order error messages list them.
-pub static FAMILIES: &[&dyn Family] = &[&Llama, &Qwen2, &Qwen3];
+pub static FAMILIES: &[&dyn Family] = &[&LLAMA, &QWEN2, &QWEN3];
 
 /// Every encoder family anemone knows (bidirectional, no cache, embeddings and classifier heads).
 pub static ENCODER_FAMILIES: &[&dyn EncoderFamily] = &[&Bert];
