@@ -28,6 +28,12 @@ pub enum BackendKind {
 impl BackendKind {
     pub const ALL: [BackendKind; 1] = [BackendKind::Executor];
 
+    /// The engine a bundle runs on when `--backend` is not given: Core ML where it exists
+    /// (macOS, iOS), the executor elsewhere.
+    pub fn for_bundles() -> BackendKind {
+        BackendKind::Executor
+    }
+
     /// The name `--backend` takes.
     pub fn name(self) -> &'static str {
         match self {

@@ -22,6 +22,9 @@ enum Command {
     Convert(cmd::convert::ConvertArgs),
     Inspect(cmd::inspect::InspectArgs),
     Gate(cmd::gate::GateArgs),
+    Bisect(cmd::bisect::BisectArgs),
+    #[command(hide = true)]
+    BisectChild(cmd::bisect_child::BisectChildArgs),
 }
 
 fn main() -> ExitCode {
@@ -33,6 +36,8 @@ fn main() -> ExitCode {
         Command::Convert(args) => cmd::convert::run(args),
         Command::Inspect(args) => cmd::inspect::run(args),
         Command::Gate(args) => cmd::gate::run(args),
+        Command::Bisect(args) => cmd::bisect::run(args),
+        Command::BisectChild(args) => cmd::bisect_child::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,5 +1,7 @@
 //! One module per verb.
 
+pub mod bisect;
+pub mod bisect_child;
 pub mod compress_opts;
 pub mod convert;
 pub mod gate;
@@ -14,6 +16,13 @@ use clap::builder::{PossibleValuesParser, TypedValueParser};
 fn backend_parser() -> impl TypedValueParser<Value = BackendKind> {
     PossibleValuesParser::new(BackendKind::ALL.map(BackendKind::name))
         .try_map(|name| name.parse::<BackendKind>())
+}
+
+/// A spinner on stderr with `message`, ticking until cleared.
+pub fn spinner(message: String) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new_spinner().with_message(message);
+    bar.enable_steady_tick(std::time::Duration::from_millis(120));
+    bar
 }
 
 #[cfg(test)]
