@@ -100,6 +100,9 @@ pub struct BisectArgs {
     /// Print one JSON object {"checkpoint","backend","variants":[…]} on stdout instead of a table.
     #[arg(long)]
     pub json: bool,
+
+    #[command(flatten)]
+    pub coreml: super::CoreMlArgs,
 }
 
 /// One point of the variant grid.
@@ -255,6 +258,7 @@ pub struct Plan<'a> {
     pub min_cosine: f64,
     /// Where the variant bundles go.
     pub work_dir: &'a Path,
+    pub coreml: super::CoreMlArgs,
 }
 
 /// The variant grid of the comma-separated lists, in the order given.
@@ -352,6 +356,7 @@ fn run_variant(plan: &Plan<'_>, variant: &Variant, reference: &ReferenceRun) -> 
         forced_ids: &reference.forced_ids,
         logits_out: &logits_path,
         timeout_seconds: plan.timeout_seconds,
+        coreml: &plan.coreml,
     };
     let outcome = bisect_child::spawn(&child);
     match outcome {
@@ -500,6 +505,7 @@ pub fn run(args: BisectArgs) -> Result<()> {
         timeout_seconds: args.timeout,
         min_cosine: args.min_cosine,
         work_dir: &work_dir,
+        coreml: args.coreml.clone(),
     };
     let bar = indicatif::ProgressBar::new(plan.variants.len() as u64).with_style(
         indicatif::ProgressStyle::with_template("bisect [{bar:30}] {pos}/{len} {msg}")

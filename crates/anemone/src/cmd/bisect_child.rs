@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use anemone_backend::Backend;
 use anemone_mil::Precision;
-use anemone_runtime::backend::{run_on_backend, BackendChoice, BackendKind, PipelineTask};
+use anemone_runtime::backend::{run_on_backend, BackendKind, PipelineTask};
 use anemone_runtime::pipeline::{Pipeline, PipelineOptions};
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -45,6 +45,8 @@ pub struct BisectChildArgs {
     /// Where the `[1 + forced, vocab]` f32 logits go.
     #[arg(long)]
     pub logits_out: PathBuf,
+    #[command(flatten)]
+    pub coreml: super::CoreMlArgs,
 }
 
 /// What a child measured, printed as one JSON line on its stdout.
@@ -75,11 +77,9 @@ impl ChildReport {
 
 /// The hidden subcommand.
 pub fn run(args: BisectChildArgs) -> Result<()> {
-    let choice = BackendChoice {
-        kind: args.backend,
-        precision: args.precision,
-        threads: args.threads,
-    };
+    let choice = args
+        .coreml
+        .choice(args.backend, args.precision, args.threads);
     let options = PipelineOptions {
         verify_hashes: false,
         host_threads: args.threads,
@@ -200,6 +200,7 @@ pub struct ChildSpec<'a> {
     pub forced_ids: &'a [u32],
     pub logits_out: &'a Path,
     pub timeout_seconds: u64,
+    pub coreml: &'a super::CoreMlArgs,
 }
 
 /// How a child ended.
@@ -235,11 +236,15 @@ pub fn spawn(spec: &ChildSpec<'_>) -> Result<Outcome> {
         .arg(csv(spec.prompt_ids))
         .arg("--logits-out")
         .arg(spec.logits_out)
+        .args(["--compute-units", spec.coreml.compute_units.name()])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     if !spec.forced_ids.is_empty() {
         command.arg("--forced-ids").arg(csv(spec.forced_ids));
+    }
+    if spec.coreml.no_cache {
+        command.arg("--no-cache");
     }
     if let Some(threads) = spec.threads {
         command.args(["--threads", &threads.to_string()]);

@@ -18,6 +18,36 @@ fn backend_parser() -> impl TypedValueParser<Value = BackendKind> {
         .try_map(|name| name.parse::<BackendKind>())
 }
 
+/// Core ML's options, shared by the verbs that run bundles (ignored by the executor).
+#[derive(Debug, Clone, clap::Args)]
+pub struct CoreMlArgs {
+    /// Core ML only: the devices it may use: ane (CPU and Neural Engine), gpu (CPU and GPU),
+    /// cpu, all.
+    #[arg(long, default_value = "ane")]
+    pub compute_units: anemone_coreml::ComputeUnits,
+    /// Core ML only: compile every package afresh instead of reusing the compiled-model cache
+    /// (in the user cache directory, keyed by the package's content hash).
+    #[arg(long)]
+    pub no_cache: bool,
+}
+
+impl CoreMlArgs {
+    /// The backend choice of `kind`, `precision` and `threads` with these Core ML options.
+    pub fn choice(
+        &self,
+        kind: BackendKind,
+        precision: anemone_mil::Precision,
+        threads: Option<usize>,
+    ) -> anemone_runtime::backend::BackendChoice {
+        anemone_runtime::backend::BackendChoice {
+            threads,
+            compute_units: self.compute_units,
+            no_cache: self.no_cache,
+            ..anemone_runtime::backend::BackendChoice::new(kind, precision)
+        }
+    }
+}
+
 /// A spinner on stderr with `message`, ticking until cleared.
 pub fn spinner(message: String) -> indicatif::ProgressBar {
     let bar = indicatif::ProgressBar::new_spinner().with_message(message);
@@ -41,6 +71,7 @@ mod tests {
             .expect("--backend was given"))
     }
 
+    #[cfg(not(target_vendor = "apple"))]
     #[test]
     fn backend_flag_takes_every_registered_name_and_lists_them_on_a_miss() {
         for kind in BackendKind::ALL {
