@@ -411,7 +411,7 @@ impl Backend for CoreMlBackend {
             values.push(unsafe { MLFeatureValue::featureValueWithMultiArray(&array) });
         }
         let key_refs: Vec<&NSString> = keys.iter().map(|k| &**k).collect();
-        let value_refs: Vec<&AnyObject> = values.iter().map(|v| &***v).collect();
+        let value_refs: Vec<&AnyObject> = values.iter().map(|v| &****v).collect();
         let dict = NSDictionary::from_slices(&key_refs, &value_refs);
         // SAFETY: a dictionary of feature values, as the initializer requires.
         let provider = unsafe {
@@ -459,7 +459,7 @@ impl Backend for CoreMlBackend {
                 arrays.push(backings[&key].clone());
             }
             let name_refs: Vec<&NSString> = names.iter().map(|k| &**k).collect();
-            let array_refs: Vec<&AnyObject> = arrays.iter().map(|a| &***a).collect();
+            let array_refs: Vec<&AnyObject> = arrays.iter().map(|a| &****a).collect();
             let backing_dict = NSDictionary::from_slices(&name_refs, &array_refs);
             // SAFETY: output name → MLMultiArray of the output's shape, as Core ML requires.
             unsafe { options.setOutputBackings(&backing_dict) };

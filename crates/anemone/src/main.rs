@@ -23,6 +23,7 @@ enum Command {
     Inspect(cmd::inspect::InspectArgs),
     Gate(cmd::gate::GateArgs),
     Bisect(cmd::bisect::BisectArgs),
+    Doctor(cmd::doctor::DoctorArgs),
     #[command(hide = true)]
     BisectChild(cmd::bisect_child::BisectChildArgs),
 }
@@ -37,6 +38,7 @@ fn main() -> ExitCode {
         Command::Inspect(args) => cmd::inspect::run(args),
         Command::Gate(args) => cmd::gate::run(args),
         Command::Bisect(args) => cmd::bisect::run(args),
+        Command::Doctor(args) => cmd::doctor::run(args),
         Command::BisectChild(args) => cmd::bisect_child::run(args),
     };
     match result {

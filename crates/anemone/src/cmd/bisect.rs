@@ -345,7 +345,7 @@ fn run_variant(plan: &Plan<'_>, variant: &Variant, reference: &ReferenceRun) -> 
         }
     }
     result.convert_seconds = Some(started.elapsed().as_secs_f64());
-    let logits_path = bundle.join("bisect-logits.npy");
+    let logits_path = plan.work_dir.join(format!("{}.logits.npy", variant.label));
     let child = bisect_child::ChildSpec {
         bundle: &bundle,
         label: &variant.label,

@@ -4,9 +4,11 @@ pub mod bisect;
 pub mod bisect_child;
 pub mod compress_opts;
 pub mod convert;
+pub mod doctor;
 pub mod gate;
 pub mod generate;
 pub mod inspect;
+pub mod inspect_plan;
 
 use anemone_runtime::backend::BackendKind;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
