@@ -14,9 +14,9 @@ use crate::pipeline::{Pipeline, PipelineError, PipelineOptions};
 
 /// The execution engines a bundle can run on.
 ///
-/// Closed on purpose: a Core ML backend (its own crate, depending on `anemone-backend` only)
-/// becomes a variant here (`CoreMl`, named `coreml`), an entry of [`BackendKind::ALL`] and an
-/// arm of [`run_on_backend`]; the compiler then points at every other match on the kind.
+/// Closed on purpose: a new engine becomes a variant here, an entry of [`BackendKind::ALL`] and
+/// an arm of [`run_on_backend`]; the compiler then points at every other match on the kind.
+/// `CoreMl` exists only on Apple targets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum BackendKind {
     /// The MIL executor of `anemone-exec`: a CPU interpreter of the packages as written to

@@ -73,14 +73,20 @@ mod tests {
             .expect("--backend was given"))
     }
 
-    #[cfg(not(target_vendor = "apple"))]
     #[test]
     fn backend_flag_takes_every_registered_name_and_lists_them_on_a_miss() {
         for kind in BackendKind::ALL {
             assert_eq!(parse_backend(kind.name()).unwrap(), kind);
         }
-        let message = parse_backend("coreml").unwrap_err().to_string();
-        assert!(message.contains("invalid value 'coreml'"), "{message}");
-        assert!(message.contains("[possible values: executor]"), "{message}");
+        let message = parse_backend("npu").unwrap_err().to_string();
+        assert!(message.contains("invalid value 'npu'"), "{message}");
+        let names: Vec<&str> = BackendKind::ALL.iter().map(|k| k.name()).collect();
+        let listed = format!("[possible values: {}]", names.join(", "));
+        assert!(message.contains(&listed), "{message}");
+        // Core ML is a backend name only where Core ML exists
+        assert_eq!(
+            parse_backend("coreml").is_ok(),
+            cfg!(target_vendor = "apple")
+        );
     }
 }
