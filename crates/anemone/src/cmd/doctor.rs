@@ -133,7 +133,8 @@ pub struct Report {
     pub machine: Machine,
     pub coreml: anemone_coreml::Availability,
     pub model: PathBuf,
-    pub convert_seconds: f64,
+    /// Converting and running every bisect variant on every engine.
+    pub bisect_seconds: f64,
     pub compute_plan: Part<anemone_coreml::plan::PlanSummary>,
     pub gate: BTreeMap<String, Part<GateRow>>,
     pub bench: BTreeMap<String, Part<Bench>>,
@@ -241,7 +242,7 @@ pub fn run(args: DoctorArgs) -> Result<()> {
             }
         }
     }
-    let convert_seconds = started.elapsed().as_secs_f64();
+    let bisect_seconds = started.elapsed().as_secs_f64();
 
     // the first variant's bundle (converted by the first engine's bisect) for the gate and plan
     let first = &variants[0].label;
@@ -300,7 +301,7 @@ pub fn run(args: DoctorArgs) -> Result<()> {
         machine,
         coreml,
         model,
-        convert_seconds,
+        bisect_seconds,
         compute_plan,
         gate: gates,
         bench,
@@ -492,7 +493,7 @@ fn print_summary(r: &Report, out: Option<&Path>) {
     println!(
         "model: {} (bundles converted and run in {:.1} s)",
         r.model.display(),
-        r.convert_seconds
+        r.bisect_seconds
     );
     match &r.compute_plan {
         Part::Done(s) => println!(
