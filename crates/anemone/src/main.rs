@@ -26,6 +26,8 @@ enum Command {
     Doctor(cmd::doctor::DoctorArgs),
     #[command(hide = true)]
     BisectChild(cmd::bisect_child::BisectChildArgs),
+    Embed(cmd::embed::EmbedArgs),
+    Classify(cmd::embed::ClassifyArgs),
 }
 
 fn main() -> ExitCode {
@@ -40,6 +42,8 @@ fn main() -> ExitCode {
         Command::Bisect(args) => cmd::bisect::run(args),
         Command::Doctor(args) => cmd::doctor::run(args),
         Command::BisectChild(args) => cmd::bisect_child::run(args),
+        Command::Embed(args) => cmd::embed::run_embed(args),
+        Command::Classify(args) => cmd::embed::run_classify(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -94,6 +94,10 @@ pub struct GateArgs {
     /// Skip checking the bundle files against the manifest's sha256.
     #[arg(long)]
     pub no_verify: bool,
+
+    /// Encoder bundles: the smallest embedding cosine per input that passes.
+    #[arg(long, default_value_t = 0.9999)]
+    pub min_embedding_cosine: f64,
 }
 
 #[derive(serde::Serialize)]
@@ -103,6 +107,14 @@ struct JsonOutput<'a> {
 }
 
 pub fn run(args: GateArgs) -> Result<()> {
+    if let Some(first) = args.bundles.first() {
+        if first.is_dir()
+            && anemone_models::encoder::bundle::bundle_kind(first)?
+                == anemone_models::families::ModelKind::Encoder
+        {
+            return super::gate_encoder::run(&args);
+        }
+    }
     let options = GateOptions {
         steps: args.steps,
         min_top1: args.min_top1,
