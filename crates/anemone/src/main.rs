@@ -22,6 +22,10 @@ enum Command {
     Convert(cmd::convert::ConvertArgs),
     Inspect(cmd::inspect::InspectArgs),
     Gate(cmd::gate::GateArgs),
+    Bisect(cmd::bisect::BisectArgs),
+    Doctor(cmd::doctor::DoctorArgs),
+    #[command(hide = true)]
+    BisectChild(cmd::bisect_child::BisectChildArgs),
     Embed(cmd::embed::EmbedArgs),
     Classify(cmd::embed::ClassifyArgs),
 }
@@ -35,6 +39,9 @@ fn main() -> ExitCode {
         Command::Convert(args) => cmd::convert::run(args),
         Command::Inspect(args) => cmd::inspect::run(args),
         Command::Gate(args) => cmd::gate::run(args),
+        Command::Bisect(args) => cmd::bisect::run(args),
+        Command::Doctor(args) => cmd::doctor::run(args),
+        Command::BisectChild(args) => cmd::bisect_child::run(args),
         Command::Embed(args) => cmd::embed::run_embed(args),
         Command::Classify(args) => cmd::embed::run_classify(args),
     };

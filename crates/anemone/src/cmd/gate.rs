@@ -7,7 +7,7 @@ use anemone_backend::Backend;
 use anemone_checkpoint::Checkpoint;
 use anemone_mil::Precision;
 use anemone_models::reference::{ReferenceModel, ReferenceOptions};
-use anemone_runtime::backend::{run_on_backend, BackendChoice, BackendKind, PipelineTask};
+use anemone_runtime::backend::{run_on_backend, BackendKind, PipelineTask};
 use anemone_runtime::gate::{self, plot, GateOptions, GateReport};
 use anemone_runtime::pipeline::{Pipeline, PipelineOptions};
 use anyhow::{bail, Context, Result};
@@ -54,9 +54,13 @@ pub struct GateArgs {
     pub precision: Vec<Precision>,
 
     /// The engine that runs the bundles. executor: the MIL executor, a CPU interpreter on any OS
-    /// that also names the first op producing inf or NaN (the only backend yet).
-    #[arg(long, default_value_t, value_parser = super::backend_parser())]
-    pub backend: BackendKind,
+    /// that also names the first op producing inf or NaN; coreml (macOS only): Core ML.
+    /// Default: coreml on macOS, executor elsewhere.
+    #[arg(long, value_parser = super::backend_parser())]
+    pub backend: Option<BackendKind>,
+
+    #[command(flatten)]
+    pub coreml: super::CoreMlArgs,
 
     /// Least fraction of steps (margin ≥ --near-tie) whose top-1 agrees.
     #[arg(long, default_value_t = 1.0)]
@@ -202,11 +206,11 @@ fn gate_one(
     args: &GateArgs,
 ) -> Result<GateReport> {
     let spinner = spinner(format!("loading {} ({precision})", bundle.display()));
-    let choice = BackendChoice {
-        kind: args.backend,
+    let choice = args.coreml.choice(
+        args.backend.unwrap_or_else(BackendKind::for_bundles),
         precision,
-        threads: args.threads,
-    };
+        args.threads,
+    );
     let pipeline_options = PipelineOptions {
         verify_hashes: !args.no_verify,
         host_threads: args.threads,
