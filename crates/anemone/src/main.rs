@@ -22,6 +22,8 @@ enum Command {
     Convert(cmd::convert::ConvertArgs),
     Inspect(cmd::inspect::InspectArgs),
     Gate(cmd::gate::GateArgs),
+    Serve(cmd::serve::ServeArgs),
+    Bench(cmd::bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -33,6 +35,8 @@ fn main() -> ExitCode {
         Command::Convert(args) => cmd::convert::run(args),
         Command::Inspect(args) => cmd::inspect::run(args),
         Command::Gate(args) => cmd::gate::run(args),
+        Command::Serve(args) => cmd::serve::run(args),
+        Command::Bench(args) => cmd::bench::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,10 +1,12 @@
 //! One module per verb.
 
+pub mod bench;
 pub mod compress_opts;
 pub mod convert;
 pub mod gate;
 pub mod generate;
 pub mod inspect;
+pub mod serve;
 
 use anemone_runtime::backend::BackendKind;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
