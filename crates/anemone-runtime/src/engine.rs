@@ -179,7 +179,11 @@ impl Engine {
     /// Loads a bundle (a directory with `anemone.json`) on `choice`, or a checkpoint (Hugging
     /// Face directory or GGUF file) for the fp32 reference forward with `choice.threads`.
     /// `kv_memory`: bytes of kept sessions (0 turns prefix reuse off).
-    pub fn open(path: &Path, choice: &BackendChoice, kv_memory: usize) -> Result<Self, EngineError> {
+    pub fn open(
+        path: &Path,
+        choice: &BackendChoice,
+        kv_memory: usize,
+    ) -> Result<Self, EngineError> {
         if path.join(anemone_models::bundle::MANIFEST_FILE).is_file() {
             let options = PipelineOptions {
                 host_threads: choice.threads,
@@ -191,24 +195,32 @@ impl Engine {
             };
             let (source, tokenizer, stop_ids, context_len) =
                 run_on_backend(path, choice, &options, LeakPipeline).map_err(bundle)?;
-            return Ok(Self::new(source, tokenizer, stop_ids, context_len, kv_memory, "bundle"));
+            return Ok(Self::new(
+                source,
+                tokenizer,
+                stop_ids,
+                context_len,
+                kv_memory,
+                "bundle",
+            ));
         }
-        let checkpoint_error = |source: Box<dyn std::error::Error + Send + Sync>| {
-            EngineError::Checkpoint {
+        let checkpoint_error =
+            |source: Box<dyn std::error::Error + Send + Sync>| EngineError::Checkpoint {
                 path: path.to_path_buf(),
                 source,
-            }
-        };
+            };
         let checkpoint =
             anemone_models::open_checkpoint(path).map_err(|e| checkpoint_error(Box::new(e)))?;
         let options = ReferenceOptions {
             threads: choice.threads,
             context_len: None,
         };
-        let model =
-            ReferenceModel::load(&checkpoint, &options).map_err(|e| checkpoint_error(Box::new(e)))?;
-        let stop_ids =
-            prompt::stop_ids(&checkpoint.config.eos_token_ids, checkpoint.tokenizer.as_ref());
+        let model = ReferenceModel::load(&checkpoint, &options)
+            .map_err(|e| checkpoint_error(Box::new(e)))?;
+        let stop_ids = prompt::stop_ids(
+            &checkpoint.config.eos_token_ids,
+            checkpoint.tokenizer.as_ref(),
+        );
         let context_len = model.context_len();
         Ok(Self::new(
             Box::new(ReferenceSource { model }),
@@ -318,7 +330,10 @@ impl Engine {
             capture_logits: false,
             stop_ids: self.stop_ids.clone(),
         };
-        let mut stream = self.tokenizer.as_ref().map(|b| TextStream::new(&b.tokenizer));
+        let mut stream = self
+            .tokenizer
+            .as_ref()
+            .map(|b| TextStream::new(&b.tokenizer));
         let mut filter = StopFilter::new(&request.stop);
         let mut text = String::new();
         let mut first_token_at = None;
@@ -464,7 +479,12 @@ fn held_ids(prompt: &[u32], generated: &[u32], position: usize) -> Vec<u32> {
 struct LeakPipeline;
 
 impl PipelineTask for LeakPipeline {
-    type Output = (Box<dyn SessionSource>, Option<TokenizerBundle>, Vec<u32>, usize);
+    type Output = (
+        Box<dyn SessionSource>,
+        Option<TokenizerBundle>,
+        Vec<u32>,
+        usize,
+    );
 
     fn run<B: Backend>(self, pipeline: Pipeline<B>) -> Self::Output {
         let pipeline: &'static Pipeline<B> = Box::leak(Box::new(pipeline));

@@ -51,7 +51,10 @@ pub struct Generation {
 
 impl Generation {
     pub fn prefill_tok_s(&self) -> f64 {
-        rate(self.prompt_ids.len() - self.reused_tokens, self.prefill_seconds)
+        rate(
+            self.prompt_ids.len() - self.reused_tokens,
+            self.prefill_seconds,
+        )
     }
 
     pub fn decode_tok_s(&self) -> f64 {

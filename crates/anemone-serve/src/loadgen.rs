@@ -117,7 +117,13 @@ fn summarize(config: &LoadConfig, timings: Vec<RequestTiming>, duration_s: f64) 
         .iter()
         .map(|t| t.completion_tokens.unwrap_or(t.output_chunks))
         .sum();
-    let per_s = |n: usize| if duration_s > 0.0 { n as f64 / duration_s } else { 0.0 };
+    let per_s = |n: usize| {
+        if duration_s > 0.0 {
+            n as f64 / duration_s
+        } else {
+            0.0
+        }
+    };
     LoadReport {
         url: config.url.clone(),
         model: config.model.clone(),
@@ -159,7 +165,10 @@ async fn one_request(client: &reqwest::Client, config: &LoadConfig, prompt: &str
         "stream_options": {"include_usage": true},
     });
     let url = format!("{}/v1/chat/completions", config.url.trim_end_matches('/'));
-    let mut request = client.post(url).json(&body).timeout(Duration::from_secs(600));
+    let mut request = client
+        .post(url)
+        .json(&body)
+        .timeout(Duration::from_secs(600));
     if let Some(key) = &config.api_key {
         request = request.bearer_auth(key);
     }
@@ -168,7 +177,11 @@ async fn one_request(client: &reqwest::Client, config: &LoadConfig, prompt: &str
         timing.status = Some(response.status().as_u16());
         if !response.status().is_success() {
             let text = response.text().await.unwrap_or_default();
-            return Err(format!("HTTP {}: {}", timing.status.unwrap_or(0), text.trim()));
+            return Err(format!(
+                "HTTP {}: {}",
+                timing.status.unwrap_or(0),
+                text.trim()
+            ));
         }
         let mut stream = response.bytes_stream();
         let mut buffer = String::new();
@@ -179,7 +192,9 @@ async fn one_request(client: &reqwest::Client, config: &LoadConfig, prompt: &str
             while let Some(end) = buffer.find("\n\n") {
                 let event: String = buffer.drain(..end + 2).collect();
                 for line in event.lines() {
-                    let Some(data) = line.strip_prefix("data:") else { continue };
+                    let Some(data) = line.strip_prefix("data:") else {
+                        continue;
+                    };
                     let data = data.trim();
                     if data == "[DONE]" {
                         return Ok(());
@@ -192,7 +207,9 @@ async fn one_request(client: &reqwest::Client, config: &LoadConfig, prompt: &str
                     if let Some(n) = value["usage"]["completion_tokens"].as_u64() {
                         timing.completion_tokens = Some(n as usize);
                     }
-                    let content = value["choices"][0]["delta"]["content"].as_str().unwrap_or("");
+                    let content = value["choices"][0]["delta"]["content"]
+                        .as_str()
+                        .unwrap_or("");
                     if !content.is_empty() {
                         let now = Instant::now();
                         match last {

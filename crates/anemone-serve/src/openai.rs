@@ -35,11 +35,7 @@ impl ApiError {
     pub fn invalid(param: &'static str, message: impl Into<String>) -> Self {
         Self {
             param: Some(param),
-            ..Self::new(
-                StatusCode::BAD_REQUEST,
-                "invalid_request_error",
-                message,
-            )
+            ..Self::new(StatusCode::BAD_REQUEST, "invalid_request_error", message)
         }
     }
 
@@ -204,7 +200,10 @@ impl CompletionRequest {
             CompletionPrompt::Texts(ts) if ts.len() == 1 => Ok(Prompt::Text(ts[0].clone())),
             CompletionPrompt::Texts(ts) => Err(ApiError::invalid(
                 "prompt",
-                format!("{} prompts given; one prompt per request is served", ts.len()),
+                format!(
+                    "{} prompts given; one prompt per request is served",
+                    ts.len()
+                ),
             )),
             CompletionPrompt::Ids(ids) => Ok(Prompt::Ids(ids.clone())),
         }

@@ -22,7 +22,7 @@ use serde_json::json;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
 use crate::metrics::Metrics;
-use crate::openai::{ApiError, Checked, ChatRequest, CompletionRequest as OaCompletion, Sampling};
+use crate::openai::{ApiError, ChatRequest, Checked, CompletionRequest as OaCompletion, Sampling};
 
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
@@ -190,7 +190,11 @@ async fn embeddings(State(state): State<Shared>, body: Result<Bytes, BytesReject
             format!("model `{name}` is a decoder; /v1/embeddings serves encoder models"),
         ))
     })();
-    respond(&state, "/v1/embeddings", result.map(|()| StatusCode::OK.into_response()))
+    respond(
+        &state,
+        "/v1/embeddings",
+        result.map(|()| StatusCode::OK.into_response()),
+    )
 }
 
 fn respond(state: &AppState, endpoint: &str, result: Result<Response, ApiError>) -> Response {
@@ -201,7 +205,9 @@ fn respond(state: &AppState, endpoint: &str, result: Result<Response, ApiError>)
     response
 }
 
-fn parse<T: serde::de::DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result<T, ApiError> {
+fn parse<T: serde::de::DeserializeOwned>(
+    body: Result<Bytes, BytesRejection>,
+) -> Result<T, ApiError> {
     let bytes = body.map_err(|rejection| {
         let status = rejection.status();
         let message = if status == StatusCode::PAYLOAD_TOO_LARGE {
@@ -228,7 +234,10 @@ fn find_model(state: &AppState, name: &str) -> Result<Arc<Engine>, ApiError> {
             ..ApiError::new(
                 StatusCode::NOT_FOUND,
                 "invalid_request_error",
-                format!("model `{name}` does not exist (served: {})", known.join(", ")),
+                format!(
+                    "model `{name}` does not exist (served: {})",
+                    known.join(", ")
+                ),
             )
         }
         .with_code("model_not_found")
@@ -394,7 +403,13 @@ async fn admit(state: &AppState) -> Result<OwnedSemaphorePermit, ApiError> {
     let permit = Arc::clone(&state.permits)
         .acquire_owned()
         .await
-        .map_err(|_| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", "shutting down"))?;
+        .map_err(|_| {
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "server_error",
+                "shutting down",
+            )
+        })?;
     drop(guard);
     Ok(permit)
 }
@@ -421,7 +436,14 @@ async fn run_request(
     let (tx, rx) = mpsc::channel::<Update>(32);
     spawn_generation(&state, &job, Arc::clone(&cancel), tx, permit);
     let guard = CancelOnDrop(cancel);
-    let id = format!("{}-{}", match api { Api::Chat => "chatcmpl", Api::Text => "cmpl" }, request_id());
+    let id = format!(
+        "{}-{}",
+        match api {
+            Api::Chat => "chatcmpl",
+            Api::Text => "cmpl",
+        },
+        request_id()
+    );
     if job.stream {
         state.metrics.record_response(api.endpoint(), 200);
         return stream_response(api, job, id, rx, guard).into_response();
@@ -539,7 +561,13 @@ fn full_body(api: Api, model: &str, id: &str, created: u64, c: &Completion) -> s
     }
 }
 
-fn chunk(api: Api, model: &str, id: &str, text: Option<&str>, finish: Option<&str>) -> serde_json::Value {
+fn chunk(
+    api: Api,
+    model: &str,
+    id: &str,
+    text: Option<&str>,
+    finish: Option<&str>,
+) -> serde_json::Value {
     match api {
         Api::Chat => {
             let delta = match text {
@@ -568,41 +596,55 @@ fn stream_response(
     let include_usage = job.include_usage;
     let first = matches!(api, Api::Chat).then(|| chunk(api, &model, &id, None, None));
     let state = (rx, guard, first, false, Vec::<Event>::new());
-    let events = futures_util::stream::unfold(state, move |(mut rx, guard, mut first, done, mut pending)| {
-        let (model, id) = (model.clone(), id.clone());
-        async move {
-            if let Some(value) = first.take() {
-                return Some((Ok(Event::default().data(value.to_string())), (rx, guard, None, done, pending)));
-            }
-            if let Some(event) = pending.pop() {
-                return Some((Ok(event), (rx, guard, None, done, pending)));
-            }
-            if done {
-                return None;
-            }
-            let event = match rx.recv().await {
-                Some(Update::Text(t)) => Event::default().data(chunk(api, &model, &id, Some(&t), None).to_string()),
-                Some(Update::Done(Ok(c))) => {
-                    // Sent in reverse: `pending` is popped from the end.
-                    pending.push(Event::default().data("[DONE]"));
-                    if include_usage {
-                        let mut u = chunk(api, &model, &id, None, None);
-                        u["choices"] = json!([]);
-                        u["usage"] = usage(&c);
-                        pending.push(Event::default().data(u.to_string()));
+    let events = futures_util::stream::unfold(
+        state,
+        move |(mut rx, guard, mut first, done, mut pending)| {
+            let (model, id) = (model.clone(), id.clone());
+            async move {
+                if let Some(value) = first.take() {
+                    return Some((
+                        Ok(Event::default().data(value.to_string())),
+                        (rx, guard, None, done, pending),
+                    ));
+                }
+                if let Some(event) = pending.pop() {
+                    return Some((Ok(event), (rx, guard, None, done, pending)));
+                }
+                if done {
+                    return None;
+                }
+                let event = match rx.recv().await {
+                    Some(Update::Text(t)) => {
+                        Event::default().data(chunk(api, &model, &id, Some(&t), None).to_string())
                     }
-                    let end = chunk(api, &model, &id, None, Some(c.finish_reason.name()));
-                    return Some((Ok(Event::default().data(end.to_string())), (rx, guard, None, true, pending)));
-                }
-                Some(Update::Done(Err(e))) => {
-                    pending.push(Event::default().data("[DONE]"));
-                    let body = generation_error(&e).body();
-                    return Some((Ok(Event::default().data(body.to_string())), (rx, guard, None, true, pending)));
-                }
-                None => return None,
-            };
-            Some((Ok(event), (rx, guard, None, false, pending)))
-        }
-    });
+                    Some(Update::Done(Ok(c))) => {
+                        // Sent in reverse: `pending` is popped from the end.
+                        pending.push(Event::default().data("[DONE]"));
+                        if include_usage {
+                            let mut u = chunk(api, &model, &id, None, None);
+                            u["choices"] = json!([]);
+                            u["usage"] = usage(&c);
+                            pending.push(Event::default().data(u.to_string()));
+                        }
+                        let end = chunk(api, &model, &id, None, Some(c.finish_reason.name()));
+                        return Some((
+                            Ok(Event::default().data(end.to_string())),
+                            (rx, guard, None, true, pending),
+                        ));
+                    }
+                    Some(Update::Done(Err(e))) => {
+                        pending.push(Event::default().data("[DONE]"));
+                        let body = generation_error(&e).body();
+                        return Some((
+                            Ok(Event::default().data(body.to_string())),
+                            (rx, guard, None, true, pending),
+                        ));
+                    }
+                    None => return None,
+                };
+                Some((Ok(event), (rx, guard, None, false, pending)))
+            }
+        },
+    );
     Sse::new(events)
 }

@@ -88,26 +88,43 @@ pub fn run(args: BenchArgs) -> Result<()> {
 fn run_local(args: &BenchArgs, path: &Path) -> Result<()> {
     let is_bundle = path.join(anemone_models::bundle::MANIFEST_FILE).is_file();
     let kinds = match (is_bundle, args.backend.is_empty()) {
-        (false, false) => bail!("--backend applies to bundles; a checkpoint runs the fp32 reference forward"),
+        (false, false) => {
+            bail!("--backend applies to bundles; a checkpoint runs the fp32 reference forward")
+        }
         (false, true) | (true, true) => vec![BackendKind::default()],
         (true, false) => args.backend.clone(),
     };
     let precision = match (args.precision, is_bundle) {
         (Some(p), _) => p,
-        (None, true) => anemone_models::bundle::read_manifest(path)?.conversion.precision,
+        (None, true) => {
+            anemone_models::bundle::read_manifest(path)?
+                .conversion
+                .precision
+        }
         (None, false) => Precision::Fp32,
     };
     let model_hash = hash_model(path)?;
     let mut results = Vec::new();
     for kind in kinds {
-        let choice = BackendChoice { kind, precision, threads: args.threads };
+        let choice = BackendChoice {
+            kind,
+            precision,
+            threads: args.threads,
+        };
         let started = Instant::now();
-        let engine = Engine::open(path, &choice, 0).with_context(|| format!("loading {}", path.display()))?;
+        let engine = Engine::open(path, &choice, 0)
+            .with_context(|| format!("loading {}", path.display()))?;
         let load_s = started.elapsed().as_secs_f64();
         let vocab = engine.vocab_size() as u32;
-        let prompt: Vec<u32> = (0..args.prompt_len.max(1) as u32).map(|i| (i * 7919 + 13) % vocab).collect();
-        let bar = indicatif::ProgressBar::new((args.warmup + args.runs) as u64).with_message(format!("{} runs", label(is_bundle, kind)));
-        bar.set_style(indicatif::ProgressStyle::with_template("{msg} {bar:30} {pos}/{len} {elapsed}").unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()));
+        let prompt: Vec<u32> = (0..args.prompt_len.max(1) as u32)
+            .map(|i| (i * 7919 + 13) % vocab)
+            .collect();
+        let bar = indicatif::ProgressBar::new((args.warmup + args.runs) as u64)
+            .with_message(format!("{} runs", label(is_bundle, kind)));
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{msg} {bar:30} {pos}/{len} {elapsed}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
         let mut runs: Vec<TimedRun> = Vec::new();
         for i in 0..args.warmup + args.runs {
             let run = engine.timed_run(&prompt, args.gen.max(1))?;
@@ -129,11 +146,30 @@ fn run_local(args: &BenchArgs, path: &Path) -> Result<()> {
         });
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        println!("{}: prompt {} tokens, {} generated, {} runs (+{} warmup)", path.display(), args.prompt_len, args.gen, args.runs, args.warmup);
-        println!("{:<22} {:>8} {:>9} {:>12} {:>11} {:>10} {:>10}", "engine", "load s", "TTFT ms", "prefill t/s", "decode t/s", "tok p50 ms", "tok p95 ms");
+        println!(
+            "{}: prompt {} tokens, {} generated, {} runs (+{} warmup)",
+            path.display(),
+            args.prompt_len,
+            args.gen,
+            args.runs,
+            args.warmup
+        );
+        println!(
+            "{:<22} {:>8} {:>9} {:>12} {:>11} {:>10} {:>10}",
+            "engine", "load s", "TTFT ms", "prefill t/s", "decode t/s", "tok p50 ms", "tok p95 ms"
+        );
         for r in &results {
             let f = |k: &str| r[k].as_f64().unwrap_or(0.0);
-            println!("{:<22} {:>8.2} {:>9.1} {:>12.1} {:>11.1} {:>10.2} {:>10.2}", r["engine"].as_str().unwrap_or(""), f("load_s"), f("ttft_s") * 1e3, f("prefill_tok_s"), f("decode_tok_s"), f("token_p50_s") * 1e3, f("token_p95_s") * 1e3);
+            println!(
+                "{:<22} {:>8.2} {:>9.1} {:>12.1} {:>11.1} {:>10.2} {:>10.2}",
+                r["engine"].as_str().unwrap_or(""),
+                f("load_s"),
+                f("ttft_s") * 1e3,
+                f("prefill_tok_s"),
+                f("decode_tok_s"),
+                f("token_p50_s") * 1e3,
+                f("token_p95_s") * 1e3
+            );
         }
         println!("peak RSS: {:.1} MiB", peak_rss as f64 / (1 << 20) as f64);
     }
@@ -141,12 +177,19 @@ fn run_local(args: &BenchArgs, path: &Path) -> Result<()> {
 }
 
 fn label(is_bundle: bool, kind: BackendKind) -> String {
-    if is_bundle { format!("bundle/{kind}") } else { "checkpoint/reference".to_string() }
+    if is_bundle {
+        format!("bundle/{kind}")
+    } else {
+        "checkpoint/reference".to_string()
+    }
 }
 
 fn summary(engine: String, load_s: f64, runs: &[TimedRun]) -> serde_json::Value {
     let prefill: Vec<f64> = runs.iter().map(|r| r.prefill_s).collect();
-    let tokens: Vec<f64> = runs.iter().flat_map(|r| r.token_s.iter().copied()).collect();
+    let tokens: Vec<f64> = runs
+        .iter()
+        .flat_map(|r| r.token_s.iter().copied())
+        .collect();
     let prompt = runs.first().map_or(0, |r| r.prompt_tokens) as f64;
     let ttft = quantile(&prefill, 0.5);
     let decode_total: f64 = tokens.iter().sum();
@@ -161,26 +204,64 @@ fn summary(engine: String, load_s: f64, runs: &[TimedRun]) -> serde_json::Value 
 
 fn run_url(args: &BenchArgs, url: String) -> Result<()> {
     let prompts: Vec<String> = match &args.prompt_file {
-        Some(file) => std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?.lines().filter(|l| !l.trim().is_empty()).map(str::to_string).collect(),
-        None => (0..args.requests.max(1)).map(|i| {
-            (0..args.prompt_len.max(1)).map(|w| format!("w{}", (i * 31 + w * 7) % 97)).collect::<Vec<_>>().join(" ")
-        }).collect(),
+        Some(file) => std::fs::read_to_string(file)
+            .with_context(|| format!("reading {}", file.display()))?
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(str::to_string)
+            .collect(),
+        None => (0..args.requests.max(1))
+            .map(|i| {
+                (0..args.prompt_len.max(1))
+                    .map(|w| format!("w{}", (i * 31 + w * 7) % 97))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .collect(),
     };
     if prompts.is_empty() {
         bail!("no prompts");
     }
-    let model = args.model_name.clone().context("--model-name is needed with --url")?;
-    let config = LoadConfig { url, model, api_key: args.api_key.clone(), concurrency: args.concurrency, requests: args.requests, prompts, max_tokens: args.gen };
+    let model = args
+        .model_name
+        .clone()
+        .context("--model-name is needed with --url")?;
+    let config = LoadConfig {
+        url,
+        model,
+        api_key: args.api_key.clone(),
+        concurrency: args.concurrency,
+        requests: args.requests,
+        prompts,
+        max_tokens: args.gen,
+    };
     let bar = indicatif::ProgressBar::new(args.requests as u64);
     let tick = bar.clone();
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     let report = runtime.block_on(loadgen::run(config, move || tick.inc(1)));
     bar.finish_and_clear();
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&json!({"machine": machine(), "os": std::env::consts::OS, "commit": commit(), "report": report}))?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(
+                &json!({"machine": machine(), "os": std::env::consts::OS, "commit": commit(), "report": report})
+            )?
+        );
     } else {
-        println!("{} model {}: {} requests, concurrency {}", report.url, report.model, report.requests, report.concurrency);
-        println!("completed {} errors {} in {:.2} s: {:.2} req/s, {:.1} output tok/s", report.completed, report.errors, report.duration_s, report.request_throughput, report.output_tok_s);
+        println!(
+            "{} model {}: {} requests, concurrency {}",
+            report.url, report.model, report.requests, report.concurrency
+        );
+        println!(
+            "completed {} errors {} in {:.2} s: {:.2} req/s, {:.1} output tok/s",
+            report.completed,
+            report.errors,
+            report.duration_s,
+            report.request_throughput,
+            report.output_tok_s
+        );
         println!("TTFT p50 {:.1} ms p95 {:.1} ms; inter-token p50 {:.1} ms p95 {:.1} ms; e2e p50 {:.2} s", report.ttft_p50_s * 1e3, report.ttft_p95_s * 1e3, report.itl_p50_s * 1e3, report.itl_p95_s * 1e3, report.e2e_p50_s);
         if let Some(e) = report.timings.iter().find_map(|t| t.error.as_deref()) {
             println!("first error: {e}");
@@ -199,16 +280,22 @@ fn hash_model(path: &Path) -> Result<String> {
     } else if path.join(anemone_models::bundle::MANIFEST_FILE).is_file() {
         files.push(path.join(anemone_models::bundle::MANIFEST_FILE));
     } else {
-        let mut entries: Vec<PathBuf> = std::fs::read_dir(path)?.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.is_file()).collect();
+        let mut entries: Vec<PathBuf> = std::fs::read_dir(path)?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.is_file())
+            .collect();
         entries.sort();
         files = entries;
     }
     for file in files {
-        let mut f = std::fs::File::open(&file).with_context(|| format!("hashing {}", file.display()))?;
+        let mut f =
+            std::fs::File::open(&file).with_context(|| format!("hashing {}", file.display()))?;
         let mut buf = vec![0u8; 1 << 20];
         loop {
             let n = f.read(&mut buf)?;
-            if n == 0 { break; }
+            if n == 0 {
+                break;
+            }
             hasher.update(&buf[..n]);
         }
     }
@@ -216,14 +303,24 @@ fn hash_model(path: &Path) -> Result<String> {
 }
 
 fn machine() -> serde_json::Value {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo").ok().and_then(|s| s.lines().find(|l| l.starts_with("model name")).and_then(|l| l.split(':').nth(1)).map(|s| s.trim().to_string()));
+    let cpu = std::fs::read_to_string("/proc/cpuinfo").ok().and_then(|s| {
+        s.lines()
+            .find(|l| l.starts_with("model name"))
+            .and_then(|l| l.split(':').nth(1))
+            .map(|s| s.trim().to_string())
+    });
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     json!({"cpu": cpu, "cores": cores})
 }
 
 fn commit() -> Option<String> {
-    let out = std::process::Command::new("git").args(["rev-parse", "--short", "HEAD"]).output().ok()?;
-    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    let out = std::process::Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
 /// Peak resident set size of this process, bytes (0 where unknown).
@@ -234,7 +331,11 @@ fn peak_rss_bytes() -> u64 {
         let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
         if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } == 0 {
             let max = usage.ru_maxrss as u64;
-            return if cfg!(target_os = "macos") { max } else { max * 1024 };
+            return if cfg!(target_os = "macos") {
+                max
+            } else {
+                max * 1024
+            };
         }
     }
     0
