@@ -296,19 +296,17 @@ fn prepare(state: &AppState, sampling: Sampling, prompt: Prompt) -> Result<Job, 
         seed,
         stop,
     } = sampling.check()?;
-    let prompt_ids = engine.encode(&prompt).map_err(|e| {
-        ApiError::invalid(
-            match prompt {
-                Prompt::Chat(_) => "messages",
-                Prompt::Text(_) | Prompt::Ids(_) => "prompt",
-            },
-            e.to_string(),
-        )
-    })?;
+    let prompt_param = match prompt {
+        Prompt::Chat(_) => "messages",
+        Prompt::Text(_) | Prompt::Ids(_) => "prompt",
+    };
+    let prompt_ids = engine
+        .encode(&prompt)
+        .map_err(|e| ApiError::invalid(prompt_param, e.to_string()))?;
     let context = engine.context_len();
     if prompt_ids.len() >= context {
         return Err(ApiError::invalid(
-            "messages",
+            prompt_param,
             format!(
                 "the prompt is {} tokens, the model's context is {context}: it must be shorter \
                  (prompts are never truncated)",
