@@ -171,7 +171,7 @@ pub enum EngineError {
     Bundle {
         path: std::path::PathBuf,
         #[source]
-        source: PipelineError,
+        source: Box<PipelineError>,
     },
 }
 
@@ -189,9 +189,9 @@ impl Engine {
                 host_threads: choice.threads,
                 ..PipelineOptions::default()
             };
-            let bundle = |source| EngineError::Bundle {
+            let bundle = |source: PipelineError| EngineError::Bundle {
                 path: path.to_path_buf(),
-                source,
+                source: Box::new(source),
             };
             let (source, tokenizer, stop_ids, context_len) =
                 run_on_backend(path, choice, &options, LeakPipeline).map_err(bundle)?;
