@@ -483,3 +483,61 @@ fn queue_overflow_is_429_and_a_disconnect_cancels_the_generation() {
     assert_eq!(s, 200, "{b}");
     assert_eq!(b["usage"]["completion_tokens"], 2, "{b}");
 }
+
+/// The official `openai` Python client (installed into the test venv by `scripts/test.sh`),
+/// chat and text completions, streaming and not, against the same greedy answers.
+#[test]
+fn the_openai_python_client_talks_to_the_server() {
+    let dir = tempfile::tempdir().unwrap();
+    tiny_model(dir.path());
+    let server = start(dir.path(), &["--api-key", "k1"]);
+    let script = r#"
+import json, sys
+import openai
+client = openai.OpenAI(base_url=sys.argv[1] + "/v1", api_key="k1")
+msgs = [{"role": "user", "content": "w20 w21"}]
+full = client.chat.completions.create(model="tiny", messages=msgs, max_tokens=10, temperature=0)
+parts = []
+for chunk in client.chat.completions.create(model="tiny", messages=msgs, max_tokens=10,
+                                             temperature=0, stream=True):
+    if chunk.choices and chunk.choices[0].delta.content:
+        parts.append(chunk.choices[0].delta.content)
+text = client.completions.create(model="tiny", prompt="w7 w8", max_tokens=4, temperature=0)
+models = [m.id for m in client.models.list()]
+try:
+    client.chat.completions.create(model="nope", messages=msgs)
+    missing = None
+except openai.NotFoundError as e:
+    missing = e.status_code
+bad = openai.OpenAI(base_url=sys.argv[1] + "/v1", api_key="wrong", max_retries=0)
+try:
+    bad.models.list()
+    unauthorized = None
+except openai.AuthenticationError as e:
+    unauthorized = e.status_code
+print(json.dumps({"full": full.choices[0].message.content, "streamed": "".join(parts),
+                  "finish": full.choices[0].finish_reason, "usage": full.usage.total_tokens,
+                  "text": text.choices[0].text, "models": models, "missing": missing,
+                  "unauthorized": unauthorized}))
+"#;
+    let out = anemone_testkit::validator::run_python(&[
+        std::ffi::OsStr::new("-c"),
+        std::ffi::OsStr::new(script),
+        std::ffi::OsStr::new(&server.base),
+    ]);
+    assert!(
+        out.status.success(),
+        "the openai client failed (is `openai` installed in the test python? scripts/test.sh \
+         installs it):\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let full = got["full"].as_str().unwrap();
+    assert!(!full.is_empty(), "{got}");
+    assert_eq!(got["streamed"], full, "{got}");
+    assert!(got["usage"].as_u64().unwrap() > 0, "{got}");
+    assert!(!got["text"].as_str().unwrap().is_empty(), "{got}");
+    assert_eq!(got["models"], json!(["tiny"]));
+    assert_eq!(got["missing"], 404);
+    assert_eq!(got["unauthorized"], 401);
+}
