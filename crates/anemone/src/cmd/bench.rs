@@ -28,7 +28,7 @@ use sha2::Digest;
 /// Examples:
 ///   anemone bench models/smollm2-135m-instruct.Q4_1.gguf --prompt-len 128 --gen 32 --runs 3
 ///   anemone bench smollm2.bundle --backend executor --json > bench.json
-///   anemone bench --url http://127.0.0.1:8080 --model smollm2 --concurrency 8 --requests 32
+///   anemone bench --url http://127.0.0.1:8080 --model-name smollm2 --concurrency 8 --requests 32
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
 pub struct BenchArgs {
