@@ -17,6 +17,10 @@ if [ -z "${ANEMONE_PYTHON:-}" ]; then
     echo "test.sh: installing coremltools into .venv (package validator)"
     .venv/bin/python -m pip install --quiet coremltools "numpy<2.4"
   fi
+  if ! .venv/bin/python -c 'import openai' >/dev/null 2>&1; then
+    echo "test.sh: installing openai into .venv (client of the anemone serve tests)"
+    .venv/bin/python -m pip install --quiet openai
+  fi
   export ANEMONE_PYTHON="$PWD/.venv/bin/python"
 fi
 scripts/fetch-models.sh models

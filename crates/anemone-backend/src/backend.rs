@@ -14,11 +14,14 @@ pub type CheckedOutputs = (HashMap<String, Tensor>, Option<String>);
 ///
 /// Tensors cross the boundary as [`Tensor`] (values held as f32 whatever the declared dtype;
 /// the declared dtype and shape must match the function's signature).
-pub trait Backend {
+///
+/// Engines are shared between threads (a server runs one session per request on one loaded
+/// bundle), hence the `Send`/`Sync` bounds.
+pub trait Backend: Send + Sync + 'static {
     /// A loaded, ready-to-run package.
-    type Package;
+    type Package: Send + Sync;
     /// The values of a package's states (the KV cache of a decoder chunk).
-    type State;
+    type State: Send;
     type Error: std::error::Error + Send + Sync + 'static;
 
     /// A short name for messages and reports (`executor-fp16`, `coreml-ane`, …).

@@ -51,4 +51,12 @@ pub enum RuntimeError {
         #[source]
         source: std::io::Error,
     },
+    /// The consumer of the tokens asked generation to stop (a client went away, shutdown).
+    #[error("generation cancelled")]
+    Cancelled,
+    #[error(
+        "the model already holds {held} ids, not fewer than the prompt's {prompt_len}: nothing \
+         left to feed"
+    )]
+    PrefixTooLong { held: usize, prompt_len: usize },
 }

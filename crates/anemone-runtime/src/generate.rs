@@ -45,11 +45,16 @@ pub struct Generation {
     pub decode_seconds: f64,
     /// Single-token forward passes run (one fewer than the generated tokens, at most).
     pub decode_steps: usize,
+    /// Prompt ids that were already in the model's state (not prefilled again).
+    pub reused_tokens: usize,
 }
 
 impl Generation {
     pub fn prefill_tok_s(&self) -> f64 {
-        rate(self.prompt_ids.len(), self.prefill_seconds)
+        rate(
+            self.prompt_ids.len() - self.reused_tokens,
+            self.prefill_seconds,
+        )
     }
 
     pub fn decode_tok_s(&self) -> f64 {
@@ -76,27 +81,37 @@ pub fn generate(
     options: &GenerationOptions,
     on_token: &mut dyn FnMut(u32) -> Result<(), RuntimeError>,
 ) -> Result<Generation, RuntimeError> {
-    if prompt_ids.is_empty() {
-        return Err(RuntimeError::EmptyPrompt);
-    }
-    let steps = options
-        .force_ids
-        .as_ref()
-        .map_or(options.max_tokens, Vec::len);
-    let context_len = model.context_len();
-    if prompt_ids.len() + steps > context_len {
-        return Err(RuntimeError::ContextOverflow {
+    check_request(model, prompt_ids, options)?;
+    model.reset();
+    continue_generation(model, prompt_ids, options, on_token)
+}
+
+/// Like [`generate`] on a model that already holds a prefix of `prompt_ids` (a kept session:
+/// the previous turn of a chat, a shared system prompt): only the ids after `model.position()`
+/// are fed. The model must hold fewer ids than the prompt (the last one is fed to get logits);
+/// the caller guarantees the held ids are exactly `prompt_ids[..model.position()]`.
+///
+/// `on_token` may return [`RuntimeError::Cancelled`] to stop; the model then holds the prompt
+/// and the tokens fed so far ([`LogitsModel::position`] says how many).
+pub fn continue_generation(
+    model: &mut dyn LogitsModel,
+    prompt_ids: &[u32],
+    options: &GenerationOptions,
+    on_token: &mut dyn FnMut(u32) -> Result<(), RuntimeError>,
+) -> Result<Generation, RuntimeError> {
+    let steps = check_request(model, prompt_ids, options)?;
+    let held = model.position();
+    if held >= prompt_ids.len() {
+        return Err(RuntimeError::PrefixTooLong {
+            held,
             prompt_len: prompt_ids.len(),
-            new_tokens: steps,
-            context_len,
         });
     }
     let mut sampler = Sampler::new(options.sampler.clone())?;
     let vocab_size = model.vocab_size();
 
-    model.reset();
     let started = Instant::now();
-    let mut logits = model.feed(prompt_ids)?;
+    let mut logits = model.feed(&prompt_ids[held..])?;
     let prefill_seconds = started.elapsed().as_secs_f64();
 
     let decode_started = Instant::now();
@@ -143,5 +158,31 @@ pub fn generate(
         prefill_seconds,
         decode_seconds,
         decode_steps,
+        reused_tokens: held,
     })
+}
+
+/// The number of steps the request asks for, once the prompt is known to be non-empty and to
+/// fit in the context with them.
+fn check_request(
+    model: &dyn LogitsModel,
+    prompt_ids: &[u32],
+    options: &GenerationOptions,
+) -> Result<usize, RuntimeError> {
+    if prompt_ids.is_empty() {
+        return Err(RuntimeError::EmptyPrompt);
+    }
+    let steps = options
+        .force_ids
+        .as_ref()
+        .map_or(options.max_tokens, Vec::len);
+    let context_len = model.context_len();
+    if prompt_ids.len() + steps > context_len {
+        return Err(RuntimeError::ContextOverflow {
+            prompt_len: prompt_ids.len(),
+            new_tokens: steps,
+            context_len,
+        });
+    }
+    Ok(steps)
 }

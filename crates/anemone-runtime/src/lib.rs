@@ -17,6 +17,7 @@
 pub mod backend;
 pub mod chat;
 pub mod encoder;
+pub mod engine;
 pub mod error;
 pub mod gate;
 pub mod generate;
@@ -25,11 +26,12 @@ pub use anemone_backend::npy;
 pub mod pipeline;
 pub mod prompt;
 pub mod sampler;
+pub mod stops;
 pub mod stream;
 
 pub use chat::{ChatMessage, ChatTemplate};
 pub use error::RuntimeError;
-pub use generate::{generate, Generation, GenerationOptions, StopReason};
+pub use generate::{continue_generation, generate, Generation, GenerationOptions, StopReason};
 pub use model::LogitsModel;
 pub use sampler::{Sampler, SamplerConfig};
 pub use stream::TextStream;

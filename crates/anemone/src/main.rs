@@ -28,6 +28,8 @@ enum Command {
     BisectChild(cmd::bisect_child::BisectChildArgs),
     Embed(cmd::embed::EmbedArgs),
     Classify(cmd::embed::ClassifyArgs),
+    Serve(cmd::serve::ServeArgs),
+    Bench(cmd::bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -44,6 +46,8 @@ fn main() -> ExitCode {
         Command::BisectChild(args) => cmd::bisect_child::run(args),
         Command::Embed(args) => cmd::embed::run_embed(args),
         Command::Classify(args) => cmd::embed::run_classify(args),
+        Command::Serve(args) => cmd::serve::run(args),
+        Command::Bench(args) => cmd::bench::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -71,11 +71,11 @@ pub struct ReferenceOptions {
 /// The fp32 reference decoder with its KV cache.
 pub struct ReferenceModel {
     config: DecoderConfig,
-    weights: weights::Weights,
+    weights: std::sync::Arc<weights::Weights>,
     cache: cache::KvCache,
     rope: rope::Rope,
     context_len: usize,
-    pool: rayon::ThreadPool,
+    pool: std::sync::Arc<rayon::ThreadPool>,
 }
 
 impl std::fmt::Debug for ReferenceModel {
@@ -134,10 +134,28 @@ impl ReferenceModel {
             cache: cache::KvCache::new(config.num_hidden_layers, config.kv_dim()),
             rope: rope::Rope::new(config.head_dim, config.rope_theta),
             config,
-            weights,
+            weights: std::sync::Arc::new(weights),
             context_len,
-            pool,
+            pool: std::sync::Arc::new(pool),
         })
+    }
+
+    /// A second sequence over the same weights and thread pool, with an empty KV cache (what a
+    /// server needs for concurrent sessions without a copy of the weights each).
+    pub fn fork(&self) -> Self {
+        Self {
+            config: self.config.clone(),
+            weights: std::sync::Arc::clone(&self.weights),
+            cache: cache::KvCache::new(self.config.num_hidden_layers, self.config.kv_dim()),
+            rope: rope::Rope::new(self.config.head_dim, self.config.rope_theta),
+            context_len: self.context_len,
+            pool: std::sync::Arc::clone(&self.pool),
+        }
+    }
+
+    /// Bytes the KV cache holds per position (keys and values of every layer, f32).
+    pub fn kv_bytes_per_token(&self) -> usize {
+        2 * self.config.num_hidden_layers * self.config.kv_dim() * std::mem::size_of::<f32>()
     }
 
     pub fn config(&self) -> &DecoderConfig {

@@ -2,6 +2,7 @@
 
 pub mod bisect;
 pub mod bisect_child;
+pub mod bench;
 pub mod compress_opts;
 pub mod convert;
 pub mod doctor;
@@ -11,6 +12,7 @@ pub mod gate_encoder;
 pub mod generate;
 pub mod inspect;
 pub mod inspect_plan;
+pub mod serve;
 
 use anemone_runtime::backend::BackendKind;
 use clap::builder::{PossibleValuesParser, TypedValueParser};

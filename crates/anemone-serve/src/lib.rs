@@ -1,0 +1,11 @@
+//! `anemone serve`: an OpenAI-compatible HTTP server (axum + tokio) over the synchronous
+//! [`anemone_runtime::engine::Engine`], and the load generator behind `anemone bench --url`.
+//! The async code lives here only; generation, sessions, prefix reuse and sampling stay in
+//! `anemone-runtime`.
+
+pub mod loadgen;
+pub mod metrics;
+pub mod openai;
+pub mod server;
+
+pub use server::{serve, ServeConfig};

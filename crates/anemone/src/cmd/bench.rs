@@ -1,0 +1,340 @@
+//! `anemone bench`: load time, TTFT, prefill and decode throughput, per-token latency and peak
+//! RSS of a model on this machine — or, with --url, a load test of an OpenAI-compatible server.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anemone_mil::Precision;
+use anemone_runtime::backend::BackendKind;
+use anemone_runtime::engine::{Engine, TimedRun};
+use anemone_serve::loadgen::{self, quantile, LoadConfig};
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use serde_json::json;
+use sha2::Digest;
+
+/// Benchmark a checkpoint or bundle locally, or a running server (--url).
+///
+/// Local: the model is loaded once (load time reported apart), then --warmup untimed and --runs
+/// timed runs each prefill a synthetic prompt of --prompt-len tokens and generate --gen greedy
+/// tokens. Reports TTFT (= prefill), prefill and decode tok/s, per-token latency p50/p95 and
+/// peak RSS, as a table or --json (with machine, OS, commit, model hash and every raw timing).
+///
+/// Server: --concurrency clients send --requests streaming chat completions of --prompt-len
+/// words (or lines of --prompt-file) with max_tokens --gen; reports throughput, TTFT and
+/// inter-token latency p50/p95 and errors. Works against any OpenAI-compatible server.
+///
+/// Examples:
+///   anemone bench models/smollm2-135m-instruct.Q4_1.gguf --prompt-len 128 --gen 32 --runs 3
+///   anemone bench smollm2.bundle --backend executor --json > bench.json
+///   anemone bench --url http://127.0.0.1:8080 --model-name smollm2 --concurrency 8 --requests 32
+#[derive(Debug, Args)]
+#[command(verbatim_doc_comment)]
+pub struct BenchArgs {
+    /// A checkpoint (Hugging Face dir or .gguf) or a bundle directory (local mode).
+    #[arg(required_unless_present = "url", conflicts_with = "url")]
+    pub model: Option<PathBuf>,
+    /// Prompt tokens (local) or words (server) per request.
+    #[arg(long, default_value_t = 64)]
+    pub prompt_len: usize,
+    /// Tokens to generate per run/request.
+    #[arg(long, default_value_t = 32)]
+    pub gen: usize,
+    #[arg(long, default_value_t = 3)]
+    pub runs: usize,
+    #[arg(long, default_value_t = 1)]
+    pub warmup: usize,
+    /// Threads per forward pass (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Bundles: backends to run side by side (repeat or comma-separate).
+    #[arg(long, value_parser = super::backend_parser(), value_delimiter = ',')]
+    pub backend: Vec<BackendKind>,
+    #[command(flatten)]
+    pub coreml: super::CoreMlArgs,
+    /// Bundles: the executor's arithmetic (default: the bundle's precision).
+    #[arg(long)]
+    pub precision: Option<Precision>,
+    /// One JSON object on stdout instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Server mode: base URL of an OpenAI-compatible server.
+    #[arg(long)]
+    pub url: Option<String>,
+    /// Server mode: the model name to request.
+    #[arg(long, requires = "url")]
+    pub model_name: Option<String>,
+    /// Server mode: clients sending at once.
+    #[arg(long, default_value_t = 1)]
+    pub concurrency: usize,
+    /// Server mode: requests in all.
+    #[arg(long, default_value_t = 16)]
+    pub requests: usize,
+    /// Server mode: prompts, one per line (instead of --prompt-len synthetic words).
+    #[arg(long)]
+    pub prompt_file: Option<PathBuf>,
+    /// Server mode: bearer key.
+    #[arg(long, env = "ANEMONE_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+}
+
+pub fn run(args: BenchArgs) -> Result<()> {
+    match (&args.url, &args.model) {
+        (Some(url), _) => run_url(&args, url.clone()),
+        (None, Some(model)) => run_local(&args, model),
+        (None, None) => bail!("give MODEL_OR_BUNDLE or --url"),
+    }
+}
+
+fn run_local(args: &BenchArgs, path: &Path) -> Result<()> {
+    let is_bundle = path.join(anemone_models::bundle::MANIFEST_FILE).is_file();
+    let kinds = match (is_bundle, args.backend.is_empty()) {
+        (false, false) => {
+            bail!("--backend applies to bundles; a checkpoint runs the fp32 reference forward")
+        }
+        (false, true) | (true, true) => vec![BackendKind::for_bundles()],
+        (true, false) => args.backend.clone(),
+    };
+    let precision = match (args.precision, is_bundle) {
+        (Some(p), _) => p,
+        (None, true) => {
+            anemone_models::bundle::read_manifest(path)?
+                .conversion
+                .precision
+        }
+        (None, false) => Precision::Fp32,
+    };
+    let model_hash = hash_model(path)?;
+    let mut results = Vec::new();
+    for kind in kinds {
+        let choice = args.coreml.choice(kind, precision, args.threads);
+        let started = Instant::now();
+        let engine = Engine::open(path, &choice, 0)
+            .with_context(|| format!("loading {}", path.display()))?;
+        let load_s = started.elapsed().as_secs_f64();
+        let vocab = engine.vocab_size() as u32;
+        let prompt: Vec<u32> = (0..args.prompt_len.max(1) as u32)
+            .map(|i| (i * 7919 + 13) % vocab)
+            .collect();
+        let bar = indicatif::ProgressBar::new((args.warmup + args.runs) as u64)
+            .with_message(format!("{} runs", label(is_bundle, kind)));
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{msg} {bar:30} {pos}/{len} {elapsed}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        let mut runs: Vec<TimedRun> = Vec::new();
+        for i in 0..args.warmup + args.runs {
+            let run = engine.timed_run(&prompt, args.gen.max(1))?;
+            if i >= args.warmup {
+                runs.push(run);
+            }
+            bar.inc(1);
+        }
+        bar.finish_and_clear();
+        results.push(summary(label(is_bundle, kind), load_s, &runs));
+    }
+    let peak_rss = peak_rss_bytes();
+    if args.json {
+        let report = json!({
+            "machine": machine(), "os": std::env::consts::OS, "arch": std::env::consts::ARCH,
+            "commit": commit(), "model": path, "model_sha256": model_hash,
+            "prompt_len": args.prompt_len, "gen": args.gen, "runs": args.runs, "warmup": args.warmup,
+            "threads": args.threads, "peak_rss_bytes": peak_rss, "results": results,
+        });
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!(
+            "{}: prompt {} tokens, {} generated, {} runs (+{} warmup)",
+            path.display(),
+            args.prompt_len,
+            args.gen,
+            args.runs,
+            args.warmup
+        );
+        println!(
+            "{:<22} {:>8} {:>9} {:>12} {:>11} {:>10} {:>10}",
+            "engine", "load s", "TTFT ms", "prefill t/s", "decode t/s", "tok p50 ms", "tok p95 ms"
+        );
+        for r in &results {
+            let f = |k: &str| r[k].as_f64().unwrap_or(0.0);
+            println!(
+                "{:<22} {:>8.2} {:>9.1} {:>12.1} {:>11.1} {:>10.2} {:>10.2}",
+                r["engine"].as_str().unwrap_or(""),
+                f("load_s"),
+                f("ttft_s") * 1e3,
+                f("prefill_tok_s"),
+                f("decode_tok_s"),
+                f("token_p50_s") * 1e3,
+                f("token_p95_s") * 1e3
+            );
+        }
+        println!("peak RSS: {:.1} MiB", peak_rss as f64 / (1 << 20) as f64);
+    }
+    Ok(())
+}
+
+fn label(is_bundle: bool, kind: BackendKind) -> String {
+    if is_bundle {
+        format!("bundle/{kind}")
+    } else {
+        "checkpoint/reference".to_string()
+    }
+}
+
+fn summary(engine: String, load_s: f64, runs: &[TimedRun]) -> serde_json::Value {
+    let prefill: Vec<f64> = runs.iter().map(|r| r.prefill_s).collect();
+    let tokens: Vec<f64> = runs
+        .iter()
+        .flat_map(|r| r.token_s.iter().copied())
+        .collect();
+    let prompt = runs.first().map_or(0, |r| r.prompt_tokens) as f64;
+    let ttft = quantile(&prefill, 0.5);
+    let decode_total: f64 = tokens.iter().sum();
+    json!({
+        "engine": engine, "load_s": load_s, "ttft_s": ttft,
+        "prefill_tok_s": if ttft > 0.0 { prompt / ttft } else { 0.0 },
+        "decode_tok_s": if decode_total > 0.0 { tokens.len() as f64 / decode_total } else { 0.0 },
+        "token_p50_s": quantile(&tokens, 0.5), "token_p95_s": quantile(&tokens, 0.95),
+        "raw": runs,
+    })
+}
+
+fn run_url(args: &BenchArgs, url: String) -> Result<()> {
+    let prompts: Vec<String> = match &args.prompt_file {
+        Some(file) => std::fs::read_to_string(file)
+            .with_context(|| format!("reading {}", file.display()))?
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(str::to_string)
+            .collect(),
+        None => (0..args.requests.max(1))
+            .map(|i| {
+                (0..args.prompt_len.max(1))
+                    .map(|w| format!("w{}", (i * 31 + w * 7) % 97))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .collect(),
+    };
+    if prompts.is_empty() {
+        bail!("no prompts");
+    }
+    let model = args
+        .model_name
+        .clone()
+        .context("--model-name is needed with --url")?;
+    let config = LoadConfig {
+        url,
+        model,
+        api_key: args.api_key.clone(),
+        concurrency: args.concurrency,
+        requests: args.requests,
+        prompts,
+        max_tokens: args.gen,
+    };
+    let bar = indicatif::ProgressBar::new(args.requests as u64);
+    let tick = bar.clone();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let report = runtime.block_on(loadgen::run(config, move || tick.inc(1)));
+    bar.finish_and_clear();
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(
+                &json!({"machine": machine(), "os": std::env::consts::OS, "commit": commit(), "report": report})
+            )?
+        );
+    } else {
+        println!(
+            "{} model {}: {} requests, concurrency {}",
+            report.url, report.model, report.requests, report.concurrency
+        );
+        println!(
+            "completed {} errors {} in {:.2} s: {:.2} req/s, {:.1} output tok/s",
+            report.completed,
+            report.errors,
+            report.duration_s,
+            report.request_throughput,
+            report.output_tok_s
+        );
+        println!("TTFT p50 {:.1} ms p95 {:.1} ms; inter-token p50 {:.1} ms p95 {:.1} ms; e2e p50 {:.2} s", report.ttft_p50_s * 1e3, report.ttft_p95_s * 1e3, report.itl_p50_s * 1e3, report.itl_p95_s * 1e3, report.e2e_p50_s);
+        if let Some(e) = report.timings.iter().find_map(|t| t.error.as_deref()) {
+            println!("first error: {e}");
+        }
+    }
+    Ok(())
+}
+
+/// sha256 of a file, of a bundle's manifest (which lists every file's sha256), or of a checkpoint
+/// directory's files in name order.
+fn hash_model(path: &Path) -> Result<String> {
+    let mut hasher = sha2::Sha256::new();
+    let mut files = Vec::new();
+    if path.is_file() {
+        files.push(path.to_path_buf());
+    } else if path.join(anemone_models::bundle::MANIFEST_FILE).is_file() {
+        files.push(path.join(anemone_models::bundle::MANIFEST_FILE));
+    } else {
+        let mut entries: Vec<PathBuf> = std::fs::read_dir(path)?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.is_file())
+            .collect();
+        entries.sort();
+        files = entries;
+    }
+    for file in files {
+        let mut f =
+            std::fs::File::open(&file).with_context(|| format!("hashing {}", file.display()))?;
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            let n = f.read(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            hasher.update(&buf[..n]);
+        }
+    }
+    Ok(hex::encode(hasher.finalize()))
+}
+
+fn machine() -> serde_json::Value {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo").ok().and_then(|s| {
+        s.lines()
+            .find(|l| l.starts_with("model name"))
+            .and_then(|l| l.split(':').nth(1))
+            .map(|s| s.trim().to_string())
+    });
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    json!({"cpu": cpu, "cores": cores})
+}
+
+fn commit() -> Option<String> {
+    let out = std::process::Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// Peak resident set size of this process, bytes (0 where unknown).
+fn peak_rss_bytes() -> u64 {
+    #[cfg(unix)]
+    {
+        // SAFETY: getrusage writes into the zeroed struct we own.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } == 0 {
+            let max = usage.ru_maxrss as u64;
+            return if cfg!(target_os = "macos") {
+                max
+            } else {
+                max * 1024
+            };
+        }
+    }
+    0
+}
