@@ -154,7 +154,10 @@ fn refuses_to_overwrite_unless_asked() {
     let before = files(&path);
     let e = write_package(&common::encoder_program(), &path, &WriteOptions::default()).unwrap_err();
     assert!(
-        matches!(e, MilError::Staging(anemone_mil::staging::StagingError::Exists { .. })),
+        matches!(
+            e,
+            MilError::Staging(anemone_mil::staging::StagingError::Exists { .. })
+        ),
         "{e:?}"
     );
     assert_eq!(
@@ -341,7 +344,10 @@ fn overwrite_replaces_only_a_package() {
     .unwrap_err()
     .to_string();
     assert!(e.contains("not an output of anemone"), "{e}");
-    assert_eq!(std::fs::read_to_string(path.join("notes.txt")).unwrap(), "mine");
+    assert_eq!(
+        std::fs::read_to_string(path.join("notes.txt")).unwrap(),
+        "mine"
+    );
     let leftovers: Vec<_> = std::fs::read_dir(dir.path())
         .unwrap()
         .map(|e| e.unwrap().file_name())

@@ -4,8 +4,8 @@
 
 mod common_convert;
 
-use std::path::Path;
 use anemone_mil::staging::StagingError;
+use std::path::Path;
 
 use anemone_models::ane::{
     lint_program, ChunkOptions, ChunkSizing, LmHeadPlacement, NormForm, Precision, Severity,

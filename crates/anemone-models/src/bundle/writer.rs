@@ -72,7 +72,11 @@ pub fn convert(
     options.chunk.validate(config.max_position_embeddings)?;
     crate::families::validate_checkpoint(checkpoint)?;
     let plan = plan_chunks(config, options.sizing, options.chunk.precision)?;
-    let inputs: Vec<&Path> = checkpoint.source_paths.iter().map(PathBuf::as_path).collect();
+    let inputs: Vec<&Path> = checkpoint
+        .source_paths
+        .iter()
+        .map(PathBuf::as_path)
+        .collect();
     let policy = ReplacePolicy {
         force: options.force,
         is_ours: &is_bundle_dir,

@@ -1,5 +1,6 @@
 //! One module per verb.
 
+pub mod clean;
 pub mod compress_opts;
 pub mod convert;
 pub mod gate;
