@@ -237,3 +237,59 @@ fn a_reader_during_force_replaces_always_sees_a_whole_bundle() {
     assert!(reads > 10, "only {reads} reads");
     assert_eq!(names(dir.path()), ["b"]);
 }
+
+fn generate(bundle: &Path, extra: &[&str]) -> Output {
+    let mut args = vec![
+        "generate",
+        bundle.to_str().unwrap(),
+        "--prompt-ids",
+        "1,2,3",
+        "--max-tokens",
+        "2",
+        "--temperature",
+        "0",
+        "--json",
+    ];
+    args.extend_from_slice(extra);
+    anemone(&args)
+}
+
+#[test]
+fn os_metadata_files_are_ignored_and_named_and_no_verify_skips_the_hashes() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("b");
+    let first = run(&convert_args(&fixture("qwen3_gqa4"), &out, &[]));
+    assert!(first.status.success(), "{}", text(&first.stderr));
+    // what Finder leaves behind on every Mac
+    std::fs::write(out.join(".DS_Store"), b"\0\0\0\x01Bud1").unwrap();
+    std::fs::write(out.join("._anemone.json"), b"\0\x05\x16\x07").unwrap();
+    std::fs::write(out.join("chunks/Icon\r"), b"").unwrap();
+    let inspect = anemone(&["inspect", out.to_str().unwrap(), "--json"]);
+    assert!(inspect.status.success(), "{}", text(&inspect.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&inspect.stdout).unwrap();
+    let ignored: Vec<&str> = report["ignored_files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(ignored, [".DS_Store", "._anemone.json", "chunks/Icon\r"]);
+    let text_report = anemone(&["inspect", out.to_str().unwrap()]);
+    assert!(text(&text_report.stdout).contains("ignored (OS metadata, not verified)"));
+    let g = generate(&out, &[]);
+    assert!(g.status.success(), "{}", text(&g.stderr));
+
+    // a file of the user's is not ignored; --no-verify skips the check for who checked already
+    std::fs::write(out.join("notes.txt"), b"mine").unwrap();
+    let inspect = anemone(&["inspect", out.to_str().unwrap()]);
+    assert!(!inspect.status.success());
+    assert!(text(&inspect.stderr).contains("notes.txt"));
+    let g = generate(&out, &[]);
+    assert!(!g.status.success());
+    assert!(text(&g.stderr).contains("notes.txt"), "{}", text(&g.stderr));
+    let inspect = anemone(&["inspect", out.to_str().unwrap(), "--no-verify"]);
+    assert!(inspect.status.success(), "{}", text(&inspect.stderr));
+    assert!(text(&inspect.stdout).contains("not verified (--no-verify)"));
+    let g = generate(&out, &["--no-verify"]);
+    assert!(g.status.success(), "{}", text(&g.stderr));
+}

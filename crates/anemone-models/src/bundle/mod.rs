@@ -10,7 +10,9 @@ pub use manifest::{
     ChunkEntry, Conversion, FileHash, HostEntry, LmHeadEntry, Manifest, TokenizerEntry, ToolInfo,
     CHAT_TEMPLATE_FILE, CHUNKS_DIR, HOST_FILE, MANIFEST_FILE, SCHEMA_VERSION, TOKENIZER_FILE,
 };
-pub use read::{read_manifest, verify_files, FileCheck};
+pub use read::{
+    is_os_metadata, read_manifest, verify_bundle, verify_files, FileCheck, Verification,
+};
 pub use writer::{convert, is_bundle_dir, ConvertOptions, ConvertSummary, Progress};
 
 use std::path::PathBuf;

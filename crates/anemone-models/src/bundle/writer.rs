@@ -274,8 +274,7 @@ fn write_contents(
         message: "hashing".into(),
     });
 
-    let mut files = BTreeMap::new();
-    hash_tree(dir, dir, &known, &mut files)?;
+    let (files, _) = hash_tree(dir, &known)?;
     let manifest = Manifest {
         schema_version: SCHEMA_VERSION,
         tool: ToolInfo {

@@ -97,6 +97,11 @@ pub struct GenerateArgs {
     /// CPU interpreter on any OS (the only backend yet). Default: executor.
     #[arg(long, value_parser = super::backend_parser())]
     pub backend: Option<BackendKind>,
+
+    /// Bundles only: skip checking the bundle's files against the manifest's sha256 (for a
+    /// bundle checked already, e.g. by `anemone inspect`).
+    #[arg(long)]
+    pub no_verify: bool,
 }
 
 #[derive(serde::Serialize)]
@@ -243,6 +248,7 @@ fn run_bundle(args: &GenerateArgs) -> Result<()> {
     ));
     let options = PipelineOptions {
         host_threads: args.threads,
+        verify_hashes: !args.no_verify,
         ..PipelineOptions::default()
     };
     let task = GenerateFromBundle {

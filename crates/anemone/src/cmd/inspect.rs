@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use anemone_compress::{CompressionRecord, CompressionSummary};
 use anemone_mil::{read_package, BlobFile};
 use anemone_models::ane::{lint_program, Finding, FunctionSignature, Severity};
-use anemone_models::bundle::{read_manifest, verify_files, FileCheck, Manifest, MANIFEST_FILE};
+use anemone_models::bundle::{read_manifest, verify_bundle, FileCheck, Manifest, MANIFEST_FILE};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde::Serialize;
@@ -35,6 +35,10 @@ pub struct InspectArgs {
     /// Print the report as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+
+    /// Skip checking a bundle's files against the manifest's sha256.
+    #[arg(long)]
+    pub no_verify: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -45,6 +49,8 @@ struct Report {
     /// Per tensor group: scheme, reconstruction error, bytes (compressed bundles only).
     compression: Option<CompressionSummary>,
     file_checks: Option<Vec<FileCheck>>,
+    /// OS metadata files (.DS_Store, ._*, Icon\r) present in a bundle and not verified.
+    ignored_files: Vec<String>,
     packages: Vec<PackageReport>,
     lint_errors: usize,
     lint_warnings: usize,
@@ -125,7 +131,11 @@ pub fn run(args: InspectArgs) -> Result<()> {
     let is_bundle = path.join(MANIFEST_FILE).is_file();
     let mut report = if is_bundle {
         let manifest = read_manifest(path)?;
-        let checks = verify_files(path, &manifest)?;
+        let verification = if args.no_verify {
+            None
+        } else {
+            Some(verify_bundle(path, &manifest)?)
+        };
         let packages = manifest
             .package_paths()
             .iter()
@@ -139,7 +149,11 @@ pub fn run(args: InspectArgs) -> Result<()> {
             kind: "bundle",
             manifest: Some(manifest),
             compression,
-            file_checks: Some(checks),
+            ignored_files: verification
+                .as_ref()
+                .map(|v| v.ignored.clone())
+                .unwrap_or_default(),
+            file_checks: verification.map(|v| v.checks),
             packages,
             lint_errors: 0,
             lint_warnings: 0,
@@ -151,6 +165,7 @@ pub fn run(args: InspectArgs) -> Result<()> {
             manifest: None,
             compression: None,
             file_checks: None,
+            ignored_files: Vec::new(),
             packages: vec![inspect_package(path, path.display().to_string())?],
             lint_errors: 0,
             lint_warnings: 0,
@@ -250,6 +265,18 @@ fn print_text(r: &Report) {
                 c.found_sha256.as_deref().unwrap_or("(missing)")
             );
         }
+    } else if r.kind == "bundle" {
+        println!("  files: not verified (--no-verify)");
+    }
+    if !r.ignored_files.is_empty() {
+        println!(
+            "  ignored (OS metadata, not verified): {}",
+            r.ignored_files
+                .iter()
+                .map(|f| format!("{f:?}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
     }
     for p in &r.packages {
         let by_dtype: Vec<String> = p
