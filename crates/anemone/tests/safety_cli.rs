@@ -293,3 +293,47 @@ fn os_metadata_files_are_ignored_and_named_and_no_verify_skips_the_hashes() {
     let g = generate(&out, &["--no-verify"]);
     assert!(g.status.success(), "{}", text(&g.stderr));
 }
+
+#[test]
+fn inspect_strict_checks_the_manifest_against_every_package_signature() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("b");
+    let first = run(&convert_args(&fixture("qwen3_gqa4"), &out, &[]));
+    assert!(first.status.success(), "{}", text(&first.stderr));
+    let clean = anemone(&["inspect", out.to_str().unwrap(), "--strict"]);
+    assert!(clean.status.success(), "{}", text(&clean.stderr));
+    let manifest_path = out.join("anemone.json");
+    let original: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&manifest_path).unwrap()).unwrap();
+    type Edit = fn(&mut serde_json::Value);
+    let edits: [(Edit, &str); 3] = [
+        (
+            |m| {
+                let shape = &mut m["chunks"][0]["functions"][0]["states"][0]["shape"][2];
+                *shape = serde_json::json!(shape.as_u64().unwrap() + 1);
+            },
+            "declares states",
+        ),
+        (
+            |m| {
+                let states = m["chunks"][0]["functions"][0]["states"].clone();
+                m["chunks"][0]["functions"][0]["outputs"][0]["name"] = states[0]["name"].clone();
+            },
+            "declares outputs",
+        ),
+        (
+            |m| m["chunks"][0]["functions"][0]["inputs"][0]["dtype"] = "fp32".into(),
+            "declares inputs",
+        ),
+    ];
+    for (edit, needle) in edits {
+        let mut m = original.clone();
+        edit(&mut m);
+        std::fs::write(&manifest_path, serde_json::to_vec_pretty(&m).unwrap()).unwrap();
+        let o = anemone(&["inspect", out.to_str().unwrap(), "--strict", "--json"]);
+        assert!(!o.status.success(), "{needle}: passed --strict");
+        let report = text(&o.stdout);
+        assert!(report.contains("manifest-signature"), "{report}");
+        assert!(report.contains(needle), "{needle}: {report}");
+    }
+}

@@ -11,7 +11,8 @@ pub use manifest::{
     CHAT_TEMPLATE_FILE, CHUNKS_DIR, HOST_FILE, MANIFEST_FILE, SCHEMA_VERSION, TOKENIZER_FILE,
 };
 pub use read::{
-    is_os_metadata, read_manifest, verify_bundle, verify_files, FileCheck, Verification,
+    is_os_metadata, read_manifest, signature_mismatches, verify_bundle, verify_files, FileCheck,
+    Verification,
 };
 pub use writer::{convert, is_bundle_dir, ConvertOptions, ConvertSummary, Progress};
 

@@ -174,3 +174,48 @@ fn list_files(
     }
     Ok(())
 }
+
+/// Where the functions a manifest declares for a package disagree with the package itself:
+/// functions, inputs, outputs and states by name, in order, with dtype and shape. Empty when
+/// they agree.
+pub fn signature_mismatches(
+    declared: &[crate::ane::FunctionSignature],
+    program: &anemone_mil::Program,
+) -> Vec<String> {
+    use crate::ane::{FunctionSignature, TensorSignature};
+    let show = |t: &TensorSignature| format!("`{}` {} {:?}", t.name, t.dtype.mil_name(), t.shape);
+    let mut problems = Vec::new();
+    let actual: Vec<FunctionSignature> = program
+        .functions()
+        .iter()
+        .map(|f| FunctionSignature::of_function(f, None))
+        .collect();
+    for d in declared {
+        let Some(a) = actual.iter().find(|a| a.name == d.name) else {
+            problems.push(format!("function `{}` is not in the package", d.name));
+            continue;
+        };
+        for (what, want, got) in [
+            ("inputs", &d.inputs, &a.inputs),
+            ("outputs", &d.outputs, &a.outputs),
+            ("states", &d.states, &a.states),
+        ] {
+            let want: Vec<String> = want.iter().map(show).collect();
+            let got: Vec<String> = got.iter().map(show).collect();
+            if want != got {
+                problems.push(format!(
+                    "function `{}`: the manifest declares {what} [{}], the package has [{}]",
+                    d.name,
+                    want.join(", "),
+                    got.join(", ")
+                ));
+            }
+        }
+    }
+    for a in &actual {
+        if !declared.iter().any(|d| d.name == a.name) {
+            problems.push(format!("function `{}` is not in the manifest", a.name));
+        }
+    }
+    problems
+}

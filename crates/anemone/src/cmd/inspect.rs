@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 use anemone_compress::{CompressionRecord, CompressionSummary};
 use anemone_mil::{read_package, BlobFile};
 use anemone_models::ane::{lint_program, Finding, FunctionSignature, Severity};
-use anemone_models::bundle::{read_manifest, verify_bundle, FileCheck, Manifest, MANIFEST_FILE};
+use anemone_models::bundle::{
+    read_manifest, signature_mismatches, verify_bundle, FileCheck, Manifest, MANIFEST_FILE,
+};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde::Serialize;
@@ -75,9 +77,26 @@ struct FunctionReport {
     op_histogram: BTreeMap<String, usize>,
 }
 
-fn inspect_package(path: &Path, label: String) -> Result<PackageReport> {
+/// `declared`: the functions the bundle manifest declares for this package; any disagreement
+/// with the package is an error-level finding (`manifest-signature`).
+fn inspect_package(
+    path: &Path,
+    label: String,
+    declared: Option<&[FunctionSignature]>,
+) -> Result<PackageReport> {
     let program =
         read_package(path).with_context(|| format!("cannot read package {}", path.display()))?;
+    let mut mismatches = Vec::new();
+    if let Some(declared) = declared {
+        for message in signature_mismatches(declared, &program) {
+            mismatches.push(Finding {
+                severity: Severity::Error,
+                rule: "manifest-signature".into(),
+                location: String::new(),
+                message,
+            });
+        }
+    }
     let weights_dir = path.join("Data/com.apple.CoreML/weights");
     let mut weight_file_bytes = 0;
     let mut weight_bytes_by_dtype = BTreeMap::new();
@@ -122,7 +141,10 @@ fn inspect_package(path: &Path, label: String) -> Result<PackageReport> {
         functions,
         weight_file_bytes,
         weight_bytes_by_dtype,
-        lint: lint_program(&program, weight_file_bytes),
+        lint: lint_program(&program, weight_file_bytes)
+            .into_iter()
+            .chain(mismatches)
+            .collect(),
     })
 }
 
@@ -139,7 +161,13 @@ pub fn run(args: InspectArgs) -> Result<()> {
         let packages = manifest
             .package_paths()
             .iter()
-            .map(|rel| inspect_package(&path.join(rel), rel.to_string()))
+            .map(|rel| {
+                inspect_package(
+                    &path.join(rel),
+                    rel.to_string(),
+                    Some(manifest.declared_functions(rel).unwrap_or(&[])),
+                )
+            })
             .collect::<Result<Vec<_>>>()?;
         let compression = CompressionRecord::from_manifest(&manifest)
             .with_context(|| format!("{}", path.join(MANIFEST_FILE).display()))?
@@ -166,7 +194,7 @@ pub fn run(args: InspectArgs) -> Result<()> {
             compression: None,
             file_checks: None,
             ignored_files: Vec::new(),
-            packages: vec![inspect_package(path, path.display().to_string())?],
+            packages: vec![inspect_package(path, path.display().to_string(), None)?],
             lint_errors: 0,
             lint_warnings: 0,
         }
