@@ -249,7 +249,6 @@ fn run_bundle(args: &GenerateArgs) -> Result<()> {
     let options = PipelineOptions {
         host_threads: args.threads,
         verify_hashes: !args.no_verify,
-        ..PipelineOptions::default()
     };
     let task = GenerateFromBundle {
         args,
