@@ -337,3 +337,30 @@ fn inspect_strict_checks_the_manifest_against_every_package_signature() {
         assert!(report.contains(needle), "{needle}: {report}");
     }
 }
+
+#[test]
+fn gate_plot_into_an_unwritable_place_fails_before_the_gate_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("b");
+    let first = run(&convert_args(&fixture("qwen3_gqa4"), &out, &[]));
+    assert!(first.status.success(), "{}", text(&first.stderr));
+    let plot = dir.path().join("missing-dir/depth.svg");
+    let started = Instant::now();
+    let o = anemone(&[
+        "gate",
+        out.to_str().unwrap(),
+        "--reference",
+        fixture("qwen3_gqa4").to_str().unwrap(),
+        "--plot",
+        plot.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(!o.status.success());
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("--plot") && err.contains("missing-dir"),
+        "{err}"
+    );
+    assert!(o.stdout.is_empty(), "the gate ran: {}", text(&o.stdout));
+    assert!(started.elapsed() < Duration::from_secs(20));
+}
