@@ -364,3 +364,26 @@ fn gate_plot_into_an_unwritable_place_fails_before_the_gate_runs() {
     assert!(o.stdout.is_empty(), "the gate ran: {}", text(&o.stdout));
     assert!(started.elapsed() < Duration::from_secs(20));
 }
+
+#[test]
+fn a_device_or_fifo_is_not_reported_as_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("model.gguf");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    for input in [Path::new("/dev/null"), fifo.as_path()] {
+        let o = anemone(&[
+            "convert",
+            input.to_str().unwrap(),
+            "--out",
+            dir.path().join("b").to_str().unwrap(),
+        ]);
+        assert!(!o.status.success());
+        let err = text(&o.stderr);
+        assert!(!err.contains("no such file"), "{err}");
+        assert!(err.contains("not a regular file"), "{err}");
+    }
+}
