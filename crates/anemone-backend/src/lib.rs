@@ -7,8 +7,21 @@
 //! `anemone-mil` for dtypes and [`Precision`]) and on nothing of the interpreter. Where a new
 //! backend is registered for the CLI: `docs/ARCHITECTURE.md`.
 
+// Library code reports failures as errors; tests may unwrap (docs/ARCHITECTURE.md, "Lint gates").
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::panic,
+        clippy::todo,
+        clippy::unimplemented,
+        clippy::dbg_macro
+    )
+)]
+
 mod backend;
 mod fp16;
+pub mod npy;
 mod tensor;
 
 pub use anemone_mil::Precision;

@@ -7,6 +7,18 @@
 //! not here: `anemone_models::families` resolves the family and opens checkpoints through this
 //! crate's readers (see docs/ARCHITECTURE.md).
 
+// Library code reports failures as errors; tests may unwrap (docs/ARCHITECTURE.md, "Lint gates").
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::panic,
+        clippy::todo,
+        clippy::unimplemented,
+        clippy::dbg_macro
+    )
+)]
+
 pub mod config;
 pub mod error;
 pub mod gguf;

@@ -41,6 +41,18 @@
 //! Groups run in parallel (rayon). [`ErrorStats`] are measured on the weight Core ML will
 //! reconstruct (fp16), against the original f32 values.
 
+// Library code reports failures as errors; tests may unwrap (docs/ARCHITECTURE.md, "Lint gates").
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::panic,
+        clippy::todo,
+        clippy::unimplemented,
+        clippy::dbg_macro
+    )
+)]
+
 mod cluster;
 mod config;
 mod convert_hook;

@@ -4,31 +4,15 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
+
+use anemone_testkit::run_python;
 
 use anemone_compress::{compress, emit_weight, Compressed, Scheme};
 use anemone_mil::{
     write_package, DType, FunctionBuilder, Program, SpecVersion, TensorType, WriteOptions,
 };
 use common::Rng;
-
-const INSTALL_HINT: &str = "install it with: pip install coremltools \"numpy<2.4\"";
-
-fn validator() -> PathBuf {
-    if let Ok(p) = std::env::var("ANEMONE_VALIDATOR") {
-        return PathBuf::from(p);
-    }
-    // crates/anemone-compress -> repo root -> ../shared/tools
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/tools/validate_mlpackage.py")
-}
-
-fn python(args: &[&std::ffi::OsStr]) -> std::process::Output {
-    Command::new("python3")
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("python3 not runnable ({e}); {INSTALL_HINT}"))
-}
 
 const SCHEMES: [&str; 16] = [
     "int8",
@@ -85,34 +69,15 @@ fn build() -> (Program, Vec<(String, Compressed)>) {
 
 #[test]
 fn compressed_package_validates_and_decompresses_bit_identically_in_coremltools() {
-    let check = python(&["-c".as_ref(), "import coremltools".as_ref()]);
-    assert!(
-        check.status.success(),
-        "python3 cannot import coremltools: {}; {INSTALL_HINT}",
-        String::from_utf8_lossy(&check.stderr)
-    );
-    let v = validator();
-    assert!(
-        v.is_file(),
-        "validator not found at {} (set ANEMONE_VALIDATOR)",
-        v.display()
-    );
-
     let (program, emitted) = build();
     let dir = tempfile::tempdir().unwrap();
     let pkg = dir.path().join("compressed.mlpackage");
     write_package(&program, &pkg, &WriteOptions::default()).unwrap();
-    let out = python(&[v.as_os_str(), "--strict".as_ref(), pkg.as_os_str()]);
-    assert!(
-        out.status.success(),
-        "validator rejected the package:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    anemone_testkit::validate(&pkg);
 
     let values = dir.path().join("values");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/coremltools_decompress.py");
-    let out = python(&[script.as_os_str(), pkg.as_os_str(), values.as_os_str()]);
+    let out = run_python(&[script.as_os_str(), pkg.as_os_str(), values.as_os_str()]);
     assert!(
         out.status.success(),
         "coremltools could not decompress:\n{}",

@@ -21,6 +21,18 @@
 //! every op output declared fp16 is rounded to fp16 as the ANE stores it, while sums inside
 //! an op (conv, matmul, norms) accumulate in f32.
 
+// Library code reports failures as errors; tests may unwrap (docs/ARCHITECTURE.md, "Lint gates").
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::panic,
+        clippy::todo,
+        clippy::unimplemented,
+        clippy::dbg_macro
+    )
+)]
+
 mod backend;
 pub mod decompress;
 mod error;

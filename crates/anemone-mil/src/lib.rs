@@ -46,6 +46,18 @@
 //! MIL text. Imports only point down that list: `valid` never sees the writer, `read` and
 //! `write` never see each other, and every public item is re-exported at the crate root.
 
+// Library code reports failures as errors; tests may unwrap (docs/ARCHITECTURE.md, "Lint gates").
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::panic,
+        clippy::todo,
+        clippy::unimplemented,
+        clippy::dbg_macro
+    )
+)]
+
 mod blob;
 mod builder;
 mod error;

@@ -230,34 +230,8 @@ fn golden_mil_text_and_weights() {
         ("kv_two_function.mil", text.as_bytes()),
         ("kv_two_function.weight.bin", &enc.weights),
     ];
-    let bless = std::env::var("ANEMONE_BLESS").is_ok_and(|v| v == "1");
     for (name, bytes) in cases {
-        let path = golden.join(name);
-        if bless {
-            std::fs::create_dir_all(&golden).unwrap();
-            std::fs::write(&path, bytes).unwrap();
-            continue;
-        }
-        let want = std::fs::read(&path).unwrap_or_else(|e| {
-            panic!(
-                "{}: {e}; run with ANEMONE_BLESS=1 to create it",
-                path.display()
-            )
-        });
-        if want != bytes {
-            let at = want
-                .iter()
-                .zip(bytes)
-                .position(|(a, b)| a != b)
-                .unwrap_or(want.len().min(bytes.len()));
-            panic!(
-                "{} differs from the golden file at byte {at} (golden {} bytes, now {} bytes); \
-                 if the change is intended, rerun with ANEMONE_BLESS=1",
-                path.display(),
-                want.len(),
-                bytes.len()
-            );
-        }
+        anemone_testkit::assert_golden(&golden.join(name), bytes);
     }
 }
 

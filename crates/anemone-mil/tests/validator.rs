@@ -4,56 +4,12 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use anemone_testkit::validator::validator_script;
+use anemone_testkit::{python, validate};
+
 use anemone_mil::{read_package, write_package, Program, WriteOptions};
-
-const INSTALL_HINT: &str = "install it with: pip install coremltools \"numpy<2.4\"";
-
-fn validator() -> PathBuf {
-    if let Ok(p) = std::env::var("ANEMONE_VALIDATOR") {
-        return PathBuf::from(p);
-    }
-    // crates/anemone-mil -> repo root -> ../shared/tools
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    root.join("../shared/tools/validate_mlpackage.py")
-}
-
-fn require_coremltools() {
-    let out = Command::new("python3")
-        .args(["-c", "import coremltools"])
-        .output()
-        .unwrap_or_else(|e| panic!("python3 not runnable ({e}); {INSTALL_HINT}"));
-    assert!(
-        out.status.success(),
-        "python3 cannot import coremltools: {}; {INSTALL_HINT}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-fn validate(pkg: &Path) {
-    require_coremltools();
-    let v = validator();
-    assert!(
-        v.is_file(),
-        "validator not found at {} (set ANEMONE_VALIDATOR)",
-        v.display()
-    );
-    let out = Command::new("python3")
-        .arg(&v)
-        .arg("--strict")
-        .arg(pkg)
-        .output()
-        .expect("run validator");
-    assert!(
-        out.status.success(),
-        "validator rejected {}:\n{}\n{}",
-        pkg.display(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 fn write_validate_read(p: &Program, name: &str) {
     let dir = tempfile::tempdir().unwrap();
@@ -134,7 +90,6 @@ fn other_spec_versions_validate() {
 #[test]
 fn corrupted_package_is_rejected_by_the_validator() {
     // The validator check must be able to fail: a record sentinel overwritten must be caught.
-    require_coremltools();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("bad.mlpackage");
     write_package(&common::conv_program(), &path, &WriteOptions::default()).unwrap();
@@ -142,8 +97,8 @@ fn corrupted_package_is_rejected_by_the_validator() {
     let mut bytes = std::fs::read(&wb).unwrap();
     bytes[64] = 0;
     std::fs::write(&wb, bytes).unwrap();
-    let out = Command::new("python3")
-        .arg(validator())
+    let out = Command::new(python())
+        .arg(validator_script())
         .arg("--strict")
         .arg(&path)
         .output()
@@ -160,7 +115,6 @@ fn corrupted_package_is_rejected_by_the_validator() {
 /// reads into our model.
 #[test]
 fn reads_a_coremltools_multifunction_package() {
-    require_coremltools();
     let dir = tempfile::tempdir().unwrap();
     let script = r#"
 import sys, numpy as np, coremltools as ct
@@ -196,7 +150,7 @@ d.add_function(f"{out}/f4.mlpackage", src_function_name="main", target_function_
 d.default_function_name = "decode"
 ct.utils.save_multifunction(d, f"{out}/mf.mlpackage")
 "#;
-    let out = Command::new("python3")
+    let out = Command::new(python())
         .arg("-c")
         .arg(script)
         .arg(dir.path())

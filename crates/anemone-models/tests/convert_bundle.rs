@@ -2,8 +2,6 @@
 //! the manifest describes and hashes what was written, output is reproducible, existing output
 //! is refused, bad options are named.
 
-mod common_convert;
-
 use anemone_mil::staging::StagingError;
 use std::path::Path;
 
@@ -14,7 +12,7 @@ use anemone_models::ane::{
 use anemone_models::bundle::{
     self, convert, read_manifest, verify_files, BundleError, ConvertOptions,
 };
-use common_convert::*;
+use anemone_testkit::{oracle_dir as oracle_fixture, tree_bytes, validate};
 
 fn options(layers_per_chunk: usize, layout: StateLayout) -> ConvertOptions {
     ConvertOptions {

@@ -2,8 +2,6 @@
 //! (`anemone-exec`), chained chunk after chunk through a padded prefill window and several decode
 //! steps, against the fp32 reference forward's residual stream after every chunk.
 
-mod common_convert;
-
 use std::collections::HashMap;
 
 use anemone_exec::{LoadedPackage, Tensor};
@@ -15,7 +13,7 @@ use anemone_models::ane::{
 };
 use anemone_models::bundle::{convert, ConvertOptions, Manifest};
 use anemone_models::reference::{ReferenceModel, ReferenceOptions};
-use common_convert::oracle_fixture;
+use anemone_testkit::oracle_dir as oracle_fixture;
 
 const CONTEXT: usize = 32;
 const PREFILL: usize = 8;
@@ -416,8 +414,8 @@ fn a_weight_compressor_plugs_into_convert() {
         Some(serde_json::json!({"scheme": "int8-per-channel", "tensors": 15}))
     );
     let chunk = out.join(&manifest.chunks[0].path);
-    common_convert::validate(&chunk);
-    common_convert::validate(&out.join(&manifest.lm_head.as_ref().unwrap().path));
+    anemone_testkit::validate(&chunk);
+    anemone_testkit::validate(&out.join(&manifest.lm_head.as_ref().unwrap().path));
     let program = anemone_mil::read_package(&chunk).unwrap();
     let decode = program.function(names::DECODE).unwrap();
     let constexprs = decode

@@ -61,36 +61,7 @@ fn check_golden(name: &str, bytes: &[u8]) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/golden")
         .join(name);
-    if std::env::var("ANEMONE_BLESS").is_ok_and(|v| v == "1") {
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, bytes).unwrap();
-        return;
-    }
-    let want = std::fs::read(&path).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e}; run with ANEMONE_BLESS=1 to create it",
-            path.display()
-        )
-    });
-    if want != bytes {
-        let at = want
-            .iter()
-            .zip(bytes)
-            .position(|(a, b)| a != b)
-            .unwrap_or(want.len().min(bytes.len()));
-        let line = bytes[..at.min(bytes.len())]
-            .iter()
-            .filter(|b| **b == b'\n')
-            .count()
-            + 1;
-        panic!(
-            "{} differs from the golden file at byte {at} (line {line} if text; golden {} bytes, now {}); \
-             if the change is intended, rerun with ANEMONE_BLESS=1",
-            path.display(),
-            want.len(),
-            bytes.len()
-        );
-    }
+    anemone_testkit::assert_golden(&path, bytes);
 }
 
 #[test]

@@ -2,8 +2,6 @@
 //! scripts/fetch-models.sh): packages validate, hashes match, and the fp16 bundle run by the
 //! executor tracks the reference forward chunk by chunk on real weights.
 
-mod common_convert;
-
 use std::collections::HashMap;
 use std::path::PathBuf;
 
@@ -15,7 +13,7 @@ use anemone_models::ane::{
 };
 use anemone_models::bundle::{convert, verify_files, ConvertOptions};
 use anemone_models::reference::{ReferenceModel, ReferenceOptions};
-use common_convert::{models_dir, validate};
+use anemone_testkit::{models_dir, validate};
 
 /// Real fp16 weights through fp16 arithmetic: per-chunk cosine floor against the fp32 reference.
 const TIER_REAL_FP16_COSINE: f64 = 0.999;
@@ -284,8 +282,8 @@ fn smollm2_bundle_with_tokenizer_is_byte_reproducible() {
         )
         .unwrap();
     }
-    let a = common_convert::tree_bytes(&dir.path().join("a"));
-    let b = common_convert::tree_bytes(&dir.path().join("b"));
+    let a = anemone_testkit::tree_bytes(&dir.path().join("a"));
+    let b = anemone_testkit::tree_bytes(&dir.path().join("b"));
     assert!(a.iter().any(|(p, _)| p == "tokenizer.json"));
     assert!(a.iter().any(|(p, _)| p == "chat_template.jinja"));
     assert_eq!(a.len(), b.len());

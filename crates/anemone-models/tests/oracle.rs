@@ -1,54 +1,14 @@
 //! The reference forward against Hugging Face transformers on every random-init checkpoint in
 //! tests/fixtures/oracle: same greedy ids, logits and per-layer residual stream within tolerance.
 
+use anemone_backend::npy;
 use anemone_models::reference::{ForwardError, LogitsFor, ReferenceModel, ReferenceOptions};
-use anemone_runtime::npy;
-use std::path::{Path, PathBuf};
+use anemone_testkit::{argmax, oracle_fixtures as fixtures, worst};
+use std::path::Path;
 
 /// fp32 against fp32 with different summation orders: logits (the bar) and hidden states.
 const LOGITS_TOLERANCE: f32 = 1e-3;
 const HIDDEN_TOLERANCE: f32 = 1e-3;
-
-struct Fixture {
-    name: String,
-    dir: PathBuf,
-    prompt_ids: Vec<u32>,
-    greedy_ids: Vec<u32>,
-}
-
-fn fixtures() -> Vec<Fixture> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/oracle");
-    let mut out: Vec<Fixture> = std::fs::read_dir(&root)
-        .unwrap_or_else(|e| panic!("{}: {e}", root.display()))
-        .map(|entry| entry.unwrap().path())
-        .filter(|dir| dir.join("oracle.json").is_file())
-        .map(|dir| {
-            let oracle: serde_json::Value =
-                serde_json::from_slice(&std::fs::read(dir.join("oracle.json")).unwrap()).unwrap();
-            let ids = |key: &str| -> Vec<u32> {
-                oracle[key]
-                    .as_array()
-                    .unwrap_or_else(|| panic!("{}: no {key}", dir.display()))
-                    .iter()
-                    .map(|v| v.as_u64().unwrap() as u32)
-                    .collect()
-            };
-            Fixture {
-                name: dir.file_name().unwrap().to_string_lossy().into_owned(),
-                prompt_ids: ids("prompt_ids"),
-                greedy_ids: ids("greedy_ids"),
-                dir,
-            }
-        })
-        .collect();
-    out.sort_by(|a, b| a.name.cmp(&b.name));
-    assert!(
-        out.len() >= 3,
-        "expected oracle fixtures under {}",
-        root.display()
-    );
-    out
-}
 
 fn load(dir: &Path, context_len: Option<usize>) -> ReferenceModel {
     let checkpoint =
@@ -60,26 +20,11 @@ fn load(dir: &Path, context_len: Option<usize>) -> ReferenceModel {
     ReferenceModel::load(&checkpoint, &options).unwrap()
 }
 
-/// `(index, got, want)` of the largest absolute difference.
-fn worst(got: &[f32], want: &[f32]) -> (usize, f32, f32) {
-    assert_eq!(got.len(), want.len(), "length mismatch");
-    got.iter()
-        .zip(want)
-        .enumerate()
-        .map(|(i, (g, w))| (i, *g, *w))
-        .max_by(|a, b| (a.1 - a.2).abs().total_cmp(&(b.1 - b.2).abs()))
-        .unwrap_or((0, 0.0, 0.0))
-}
-
-fn argmax(v: &[f32]) -> u32 {
-    anemone_runtime::sampler::argmax(v)
-}
-
 #[test]
 fn greedy_logits_and_hidden_states_match_transformers() {
     for f in fixtures() {
-        let logits = npy::read_f32(&f.dir.join("logits.npy")).unwrap();
-        let hidden = npy::read_f32(&f.dir.join("hidden_states.npy")).unwrap();
+        let logits = npy::read_f32(&f.logits_path()).unwrap();
+        let hidden = npy::read_f32(&f.hidden_states_path()).unwrap();
         let mut model = load(&f.dir, None);
         let vocab = model.config().vocab_size;
         let (layers, hidden_size) = (model.config().num_hidden_layers, model.config().hidden_size);

@@ -14,24 +14,46 @@ use crate::pipeline::{Pipeline, PipelineError, PipelineOptions};
 
 /// The execution engines a bundle can run on.
 ///
-/// Closed on purpose: a Core ML backend (its own crate, depending on `anemone-backend` only)
-/// becomes a variant here (`CoreMl`, named `coreml`), an entry of [`BackendKind::ALL`] and an
-/// arm of [`run_on_backend`]; the compiler then points at every other match on the kind.
+/// Closed on purpose: a new engine becomes a variant here, an entry of [`BackendKind::ALL`] and
+/// an arm of [`run_on_backend`]; the compiler then points at every other match on the kind.
+/// `CoreMl` exists only on Apple targets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum BackendKind {
     /// The MIL executor of `anemone-exec`: a CPU interpreter of the packages as written to
     /// disk, in fp16-faithful or fp32 arithmetic, on any OS.
     #[default]
     Executor,
+    /// Core ML (`anemone-coreml`): the Neural Engine, GPU or CPU as `--compute-units` says.
+    /// Only on Apple targets.
+    #[cfg(target_vendor = "apple")]
+    CoreMl,
 }
 
 impl BackendKind {
+    #[cfg(not(target_vendor = "apple"))]
     pub const ALL: [BackendKind; 1] = [BackendKind::Executor];
+    #[cfg(target_vendor = "apple")]
+    pub const ALL: [BackendKind; 2] = [BackendKind::Executor, BackendKind::CoreMl];
+
+    /// The engine a bundle runs on when `--backend` is not given: Core ML where it exists
+    /// (macOS, iOS), the executor elsewhere.
+    pub fn for_bundles() -> BackendKind {
+        #[cfg(target_vendor = "apple")]
+        {
+            BackendKind::CoreMl
+        }
+        #[cfg(not(target_vendor = "apple"))]
+        {
+            BackendKind::Executor
+        }
+    }
 
     /// The name `--backend` takes.
     pub fn name(self) -> &'static str {
         match self {
             BackendKind::Executor => "executor",
+            #[cfg(target_vendor = "apple")]
+            BackendKind::CoreMl => "coreml",
         }
     }
 }
@@ -72,6 +94,23 @@ pub struct BackendChoice {
     pub kind: BackendKind,
     pub precision: Precision,
     pub threads: Option<usize>,
+    /// Core ML only: the devices it may use.
+    pub compute_units: anemone_coreml::ComputeUnits,
+    /// Core ML only: compile every package afresh instead of using the compiled-model cache.
+    pub no_cache: bool,
+}
+
+impl BackendChoice {
+    /// `kind` in `precision` on all cores, Core ML on its defaults (Neural Engine, cache on).
+    pub fn new(kind: BackendKind, precision: Precision) -> Self {
+        BackendChoice {
+            kind,
+            precision,
+            threads: None,
+            compute_units: anemone_coreml::ComputeUnits::default(),
+            no_cache: false,
+        }
+    }
 }
 
 /// Work done with an open pipeline, whatever engine runs it. [`Backend`] has associated types,
@@ -102,6 +141,15 @@ pub fn run_on_backend<T: PipelineTask>(
                 };
             Ok(task.run(Pipeline::open(dir, backend, options)?))
         }
+        #[cfg(target_vendor = "apple")]
+        BackendKind::CoreMl => {
+            let backend = anemone_coreml::CoreMlBackend::new(anemone_coreml::CoreMlOptions {
+                compute_units: choice.compute_units,
+                no_cache: choice.no_cache,
+                cache_dir: None,
+            });
+            Ok(task.run(Pipeline::open(dir, backend, options)?))
+        }
     }
 }
 
@@ -117,8 +165,11 @@ mod tests {
         }
         assert_eq!("executor".parse::<BackendKind>(), Ok(BackendKind::Executor));
         assert_eq!(BackendKind::default(), BackendKind::Executor);
+        #[cfg(not(target_vendor = "apple"))]
+        assert_eq!(BackendKind::for_bundles(), BackendKind::Executor);
     }
 
+    #[cfg(not(target_vendor = "apple"))]
     #[test]
     fn an_unknown_backend_name_lists_the_known_ones() {
         let err = "coreml".parse::<BackendKind>().unwrap_err();

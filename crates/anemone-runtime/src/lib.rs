@@ -2,13 +2,26 @@
 //! backends a bundle runs on ([`backend::BackendKind`]), sampling, chat
 //! templates, incremental detokenization and the generation loop.
 
+// Library code reports failures as errors; tests may unwrap (docs/ARCHITECTURE.md, "Lint gates").
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::panic,
+        clippy::todo,
+        clippy::unimplemented,
+        clippy::dbg_macro
+    )
+)]
+
 pub mod backend;
 pub mod chat;
+pub mod encoder;
 pub mod error;
 pub mod gate;
 pub mod generate;
 pub mod model;
-pub mod npy;
+pub use anemone_backend::npy;
 pub mod pipeline;
 pub mod prompt;
 pub mod sampler;

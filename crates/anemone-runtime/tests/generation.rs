@@ -5,25 +5,17 @@ use anemone_models::reference::{ReferenceModel, ReferenceOptions};
 use anemone_runtime::{
     generate, Generation, GenerationOptions, LogitsModel, RuntimeError, StopReason, TextStream,
 };
-use std::path::{Path, PathBuf};
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
 
 /// The `qwen3_gqa4` oracle fixture: `(model, prompt_ids, greedy_ids)`.
 fn fixture_model(context_len: Option<usize>) -> (ReferenceModel, Vec<u32>, Vec<u32>) {
-    let dir = workspace().join("tests/fixtures/oracle/qwen3_gqa4");
-    let oracle: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.join("oracle.json")).unwrap()).unwrap();
-    let ids = |k: &str| serde_json::from_value::<Vec<u32>>(oracle[k].clone()).unwrap();
-    let checkpoint = anemone_models::open_checkpoint(&dir).unwrap();
+    let fixture = anemone_testkit::oracle::oracle_fixture("qwen3_gqa4");
+    let checkpoint = anemone_models::open_checkpoint(&fixture.dir).unwrap();
     let options = ReferenceOptions {
         threads: Some(2),
         context_len,
     };
     let model = ReferenceModel::load(&checkpoint, &options).unwrap();
-    (model, ids("prompt_ids"), ids("greedy_ids"))
+    (model, fixture.prompt_ids, fixture.greedy_ids)
 }
 
 fn run(model: &mut ReferenceModel, prompt: &[u32], options: &GenerationOptions) -> Generation {
@@ -135,15 +127,7 @@ fn prompt_plus_max_tokens_beyond_the_context_is_an_error() {
 
 #[test]
 fn streamed_text_never_splits_a_character_and_adds_up() {
-    let models = std::env::var_os("ANEMONE_MODELS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace().join("models"));
-    let path = models.join("qwen3-tokenizer/tokenizer.json");
-    assert!(
-        path.is_file(),
-        "{} is missing: run `scripts/fetch-models.sh`",
-        path.display()
-    );
+    let path = anemone_testkit::model("qwen3-tokenizer/tokenizer.json");
     let tokenizer = tokenizers::Tokenizer::from_file(&path).unwrap();
     let text = "Crème brûlée 🦀🦀 naïve 你好，世界 — ∑ done";
     let ids = tokenizer.encode(text, false).unwrap().get_ids().to_vec();

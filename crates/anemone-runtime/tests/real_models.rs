@@ -5,7 +5,6 @@
 use anemone_models::reference::{ReferenceModel, ReferenceOptions};
 use anemone_runtime::{generate, prompt, GenerationOptions, TextStream};
 use serde::Deserialize;
-use std::path::{Path, PathBuf};
 
 /// Our dequantization and summation order against transformers' on 0.1–0.5B real models.
 const REAL_LOGITS_TOLERANCE: f32 = 2e-2;
@@ -32,25 +31,8 @@ struct RealStep {
     top_logits: Vec<f32>,
 }
 
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn model_path(file: &str) -> PathBuf {
-    let dir = std::env::var_os("ANEMONE_MODELS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace().join("models"));
-    let path = dir.join(file);
-    assert!(
-        path.is_file(),
-        "{} is missing: run `scripts/fetch-models.sh` (or set ANEMONE_MODELS to where the models are)",
-        path.display()
-    );
-    path
-}
-
 fn fixture(name: &str) -> RealFixture {
-    let path = workspace().join(format!("tests/fixtures/real/{name}.json"));
+    let path = anemone_testkit::real_fixture(&format!("{name}.json"));
     serde_json::from_slice(&std::fs::read(&path).unwrap())
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
@@ -59,7 +41,8 @@ fn fixture(name: &str) -> RealFixture {
 /// and transformers' top-5 logits at every step within tolerance.
 fn check_model(name: &str) -> Vec<String> {
     let fixture = fixture(name);
-    let checkpoint = anemone_models::open_checkpoint(model_path(&fixture.gguf)).unwrap();
+    let checkpoint =
+        anemone_models::open_checkpoint(anemone_testkit::model(&fixture.gguf)).unwrap();
     let bundle = checkpoint
         .tokenizer
         .as_ref()

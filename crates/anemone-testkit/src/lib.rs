@@ -12,7 +12,10 @@ pub mod paths;
 pub mod validator;
 
 pub use golden::assert_golden;
-pub use numeric::{assert_close, cosine, worst, Tier};
+pub use numeric::{argmax, assert_close, assert_close_scaled, cosine, worst, Tier};
 pub use oracle::{oracle_fixtures, OracleFixture};
-pub use paths::{model, models_dir, oracle_root, real_fixture, repo_root};
-pub use validator::{python, validate_package};
+pub use paths::{
+    model, models_dir, oracle_dir, oracle_encoders_root, oracle_root, real_fixture, repo_root,
+    tree_bytes,
+};
+pub use validator::{python, run_python, validate, validate_package};

@@ -8,6 +8,9 @@ pub struct Tier {
 }
 
 impl Tier {
+    // Bounds are absolute for `assert_close`, and scaled by max(1, |want|) for
+    // `assert_close_scaled`.
+
     /// Bit-for-bit equal.
     pub const EXACT: Tier = Tier {
         name: "exact",
@@ -28,7 +31,8 @@ impl Tier {
         name: "one fp16 rounding",
         abs: 4.9e-4,
     };
-    /// fp16 outputs of an fp32-accumulated sum of a few terms, each rounded.
+    /// An fp16-rounded sum against the f64 sum rounded to fp16: f32 accumulation may land on
+    /// the other side of a rounding boundary, one fp16 ulp (2^-8 for outputs up to 4).
     pub const F16_ROUNDED_SUM: Tier = Tier {
         name: "fp16-rounded sum",
         abs: 9.8e-4 * 4.0,
@@ -81,6 +85,51 @@ pub fn assert_close(what: &str, got: &[f32], want: &[f32], tier: Tier) {
         tier.abs,
         tier.name
     );
+}
+
+/// The index of the largest value (the first of equals; a NaN wins): greedy decoding's choice.
+pub fn argmax(values: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &v) in values.iter().enumerate() {
+        if v > values[best] || values[best].is_nan() {
+            best = i;
+        }
+    }
+    u32::try_from(best).unwrap_or(u32::MAX)
+}
+
+/// Asserts `|got − want| ≤ tier.abs · max(1, |want|)` elementwise (absolute below 1, relative
+/// above; an inf or NaN must match exactly), naming the worst element and the tier.
+pub fn assert_close_scaled(what: &str, got: &[f32], want: &[f32], tier: Tier) {
+    assert_eq!(
+        got.len(),
+        want.len(),
+        "{what}: length {} vs {}",
+        got.len(),
+        want.len()
+    );
+    let mut worst: Option<(usize, f32)> = None;
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        if !w.is_finite() || !g.is_finite() {
+            let same = (g.is_nan() && w.is_nan()) || g == w;
+            assert!(same, "{what}: element {i}: got {g}, want {w}");
+            continue;
+        }
+        let err = (g - w).abs() / w.abs().max(1.0);
+        if worst.is_none_or(|(_, e)| err > e) {
+            worst = Some((i, err));
+        }
+    }
+    if let Some((i, err)) = worst {
+        assert!(
+            err <= tier.abs,
+            "{what}: worst element {i}: got {}, want {} (scaled error {err:e} > {:e} [{}])",
+            got[i],
+            want[i],
+            tier.abs,
+            tier.name
+        );
+    }
 }
 
 /// Cosine similarity in f64.

@@ -60,3 +60,8 @@ pub fn validate_package(packages: &[&Path]) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// [`validate_package`] of one package.
+pub fn validate(package: &Path) {
+    validate_package(&[package]);
+}

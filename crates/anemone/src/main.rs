@@ -23,6 +23,12 @@ enum Command {
     Inspect(cmd::inspect::InspectArgs),
     Gate(cmd::gate::GateArgs),
     Clean(cmd::clean::CleanArgs),
+    Bisect(cmd::bisect::BisectArgs),
+    Doctor(cmd::doctor::DoctorArgs),
+    #[command(hide = true)]
+    BisectChild(cmd::bisect_child::BisectChildArgs),
+    Embed(cmd::embed::EmbedArgs),
+    Classify(cmd::embed::ClassifyArgs),
 }
 
 fn main() -> ExitCode {
@@ -36,6 +42,11 @@ fn main() -> ExitCode {
         Command::Inspect(args) => cmd::inspect::run(args),
         Command::Gate(args) => cmd::gate::run(args),
         Command::Clean(args) => cmd::clean::run(args),
+        Command::Bisect(args) => cmd::bisect::run(args),
+        Command::Doctor(args) => cmd::doctor::run(args),
+        Command::BisectChild(args) => cmd::bisect_child::run(args),
+        Command::Embed(args) => cmd::embed::run_embed(args),
+        Command::Classify(args) => cmd::embed::run_classify(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -6,15 +6,13 @@
 //! Conflicting options are refused with a message naming them.
 
 mod support;
-use support::{anemone, fixture, text, validator};
+use anemone_testkit::validate;
+use support::{anemone, fixture, text};
 
 use std::path::Path;
-use std::process::Command;
 
 use anemone_checkpoint::Checkpoint;
 use serde_json::Value;
-
-const INSTALL_HINT: &str = "install it with: pip install coremltools \"numpy<2.4\"";
 
 /// Least logits cosine (fp16 executor vs fp32 reference, teacher-forced) per scheme on the tiny
 /// random-weight fixtures, whose logits are far more fragile than a trained model's (measured:
@@ -24,29 +22,6 @@ const INSTALL_HINT: &str = "install it with: pip install coremltools \"numpy<2.4
 const TIER_INT8: f64 = 0.999;
 const TIER_6BIT: f64 = 0.93;
 const TIER_4BIT: f64 = 0.7;
-
-fn validate(pkg: &Path) {
-    let v = validator();
-    assert!(
-        v.is_file(),
-        "validator not found at {} (set ANEMONE_VALIDATOR); {INSTALL_HINT}",
-        v.display()
-    );
-    let out = Command::new("python3")
-        .arg(&v)
-        .arg("--strict")
-        .arg("-q")
-        .arg(pkg)
-        .output()
-        .unwrap_or_else(|e| panic!("python3 not runnable ({e}); {INSTALL_HINT}"));
-    assert!(
-        out.status.success(),
-        "validator rejected {}:\n{}\n{}",
-        pkg.display(),
-        text(&out.stdout),
-        text(&out.stderr)
-    );
-}
 
 /// Converts `name` with the LM head packaged and `flags`; returns the manifest.
 fn convert(name: &str, out: &Path, flags: &[&str]) -> Value {

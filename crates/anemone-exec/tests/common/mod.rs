@@ -6,14 +6,14 @@ use std::collections::HashMap;
 use anemone_exec::{LoadedPackage, Precision, State, Tensor};
 use anemone_mil::{write_package, Function, Program, SpecVersion, WriteOptions};
 
-/// Bit-for-bit equality (data movement, decompression, fp16 rounding).
-pub const EXACT: f32 = 0.0;
-/// f32 results of short sums against an f64 reference (relative to max(1, |want|)).
-pub const F32_SUM: f32 = 1e-5;
-/// f32 transcendental functions (exp, tanh, erf) against f64.
-pub const F32_TRANSCENDENTAL: f32 = 2e-6;
-/// One fp16 rounding of a value of magnitude ≤ 1 (half an fp16 ulp at 1 is 2^-11).
-pub const F16_ONE_ROUNDING: f32 = 4.9e-4;
+use anemone_testkit::Tier;
+
+/// The workspace's tolerance tiers (`anemone_testkit::Tier`), scaled by max(1, |want|) here.
+pub const EXACT: f32 = Tier::EXACT.abs;
+pub const F32_SUM: f32 = Tier::F32_SUM.abs;
+pub const F32_TRANSCENDENTAL: f32 = Tier::F32_TRANSCENDENTAL.abs;
+pub const F16_ONE_ROUNDING: f32 = Tier::F16_ONE_ROUNDING.abs;
+pub const F16_ROUNDED_SUM: f32 = Tier::F16_ROUNDED_SUM.abs;
 
 /// A temporary package holding `functions`, loaded in `precision`.
 pub struct Loaded {
@@ -54,36 +54,9 @@ pub fn run(
         .expect("predict")
 }
 
-/// Asserts |got - want| ≤ tol · max(1, |want|) elementwise (inf/NaN must match exactly),
-/// naming the worst element.
+/// Asserts |got - want| ≤ tol · max(1, |want|) elementwise, naming the worst element.
 pub fn assert_close(what: &str, got: &[f32], want: &[f32], tol: f32) {
-    assert_eq!(
-        got.len(),
-        want.len(),
-        "{what}: length {} vs {}",
-        got.len(),
-        want.len()
-    );
-    let mut worst: Option<(usize, f32)> = None;
-    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
-        if !w.is_finite() || !g.is_finite() {
-            let same = (g.is_nan() && w.is_nan()) || g == w;
-            assert!(same, "{what}: element {i}: got {g}, want {w}");
-            continue;
-        }
-        let err = (g - w).abs() / w.abs().max(1.0);
-        if worst.is_none_or(|(_, e)| err > e) {
-            worst = Some((i, err));
-        }
-    }
-    if let Some((i, err)) = worst {
-        assert!(
-            err <= tol,
-            "{what}: worst element {i}: got {}, want {} (relative error {err:e} > {tol:e})",
-            got[i],
-            want[i]
-        );
-    }
+    anemone_testkit::assert_close_scaled(what, got, want, Tier::custom("exec test", tol));
 }
 
 /// Deterministic pseudo-random values in [-scale, scale) (xorshift; no shared RNG state).
@@ -126,8 +99,3 @@ pub fn indices(shape: &[usize]) -> Vec<Vec<usize>> {
 pub fn flat(idx: &[usize], shape: &[usize]) -> usize {
     idx.iter().zip(strides(shape)).map(|(i, s)| i * s).sum()
 }
-
-/// An fp16-rounded sum compared with the f64 sum rounded to fp16: f32 accumulation may land
-/// on the other side of a rounding boundary, one fp16 ulp, i.e. 2^-8 for outputs up to 4 in
-/// magnitude (the tolerance is relative to max(1, |want|)).
-pub const F16_ROUNDED_SUM: f32 = 9.8e-4 * 4.0;

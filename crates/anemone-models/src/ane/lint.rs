@@ -1,5 +1,5 @@
-//! Static ANE-legality lint of a program (DESIGN §5): what is known to keep a graph off the
-//! Neural Engine or to crash it, found without a Mac.
+//! Static ANE-legality lint of a program: what is known to keep a graph off the Neural Engine or
+//! to crash it, found without a Mac (docs/ARCHITECTURE.md, "What the Neural Engine accepts").
 
 use anemone_mil::{DType, Op, Program};
 use serde::{Deserialize, Serialize};

@@ -1,7 +1,8 @@
 //! ANE graph builders: a decoder chunk (consecutive layers, stateful, `decode` + `prefill`
 //! functions sharing weights) and the LM-head package, in the BC1S layout with 1×1-conv
 //! projections, per-head attention, explicit max-subtracted softmax, finite masks, fp16 state
-//! (DESIGN §5); plus the host-side inputs they expect and a static ANE-legality lint.
+//! (docs/ARCHITECTURE.md, "What the Neural Engine accepts"); plus the host-side inputs they
+//! expect and a static ANE-legality lint.
 
 pub mod decoder;
 pub mod io;

@@ -65,7 +65,8 @@ pub enum LmHeadPlacement {
     Package,
 }
 
-/// Dimensions above this are risky on the Neural Engine (DESIGN §5).
+/// Dimensions above this are risky on the Neural Engine (docs/ARCHITECTURE.md, "What the
+/// Neural Engine accepts").
 pub const MAX_ANE_DIM: usize = 16384;
 /// State dims the ANE tiles (context, head_dim) are kept a multiple of this.
 pub const STATE_ALIGN: usize = 32;

@@ -1,72 +1,17 @@
-//! Llama (and Llama-architecture models such as SmolLM2): RMSNorm, rotate-half RoPE, grouped
-//! K/V heads, SiLU-gated MLP, no biases. llama.cpp stores its Q/K projections with the rows of
-//! each head interleaved, which loading undoes.
+//! Llama (and Llama-architecture models such as SmolLM2): RMSNorm, rotate-half RoPE, grouped K/V
+//! heads, SiLU-gated MLP, no biases. llama.cpp stores its Q/K projections with the rows of each
+//! head interleaved, which loading undoes.
 
-use anemone_checkpoint::gguf::tokenizer::GgufTokenizer;
-use anemone_checkpoint::gguf::{GgufFile, RowPermutation, TensorDesc};
-use anemone_checkpoint::hf::JsonFields;
-use anemone_checkpoint::{DecoderConfig, Result};
+use super::decoder::gguf_names::QkRows;
+use super::decoder::hf_config::{AttentionBias, HeadDimDefault};
+use super::decoder::LlamaLike;
 
-use super::decoder::gguf_config::{self, GgufRules};
-use super::decoder::gguf_names::{self, QkRows};
-use super::decoder::hf_config::{self, AttentionBias, HeadDimDefault, HfRules};
-use super::{decoder, Family, ModelKind};
-
-const NAME: &str = "llama";
-
-#[derive(Debug, Clone, Copy)]
-pub struct Llama;
-
-impl Family for Llama {
-    fn name(&self) -> &'static str {
-        NAME
-    }
-
-    fn kind(&self) -> ModelKind {
-        ModelKind::Decoder
-    }
-
-    fn hf_model_types(&self) -> &'static [&'static str] {
-        &["llama"]
-    }
-
-    fn gguf_architecture(&self) -> &'static str {
-        "llama"
-    }
-
-    fn config_from_hf(&self, fields: &JsonFields) -> Result<DecoderConfig> {
-        let rules = HfRules {
-            architecture: NAME,
-            head_dim: HeadDimDefault::HiddenOverHeads,
-            attention_bias: AttentionBias::RefuseField,
-            qk_norm: false,
-        };
-        hf_config::parse(fields, &rules)
-    }
-
-    fn config_from_gguf(
-        &self,
-        file: &GgufFile,
-        tokenizer: Option<&GgufTokenizer>,
-    ) -> Result<DecoderConfig> {
-        let rules = GgufRules {
-            architecture: NAME,
-            key_prefix: self.gguf_architecture(),
-            qk_norm: false,
-        };
-        gguf_config::parse(file, &rules, tokenizer)
-    }
-
-    fn expected_tensors(&self, config: &DecoderConfig) -> Vec<(String, Vec<usize>)> {
-        decoder::expected_tensors(config)
-    }
-
-    fn tensor_from_gguf(
-        &self,
-        file: &GgufFile,
-        desc: &TensorDesc,
-        config: &DecoderConfig,
-    ) -> Result<(String, RowPermutation)> {
-        gguf_names::map_tensor(file, desc, config, QkRows::Interleaved)
-    }
-}
+pub static LLAMA: LlamaLike = LlamaLike {
+    name: "llama",
+    hf_model_types: &["llama"],
+    gguf_architecture: "llama",
+    head_dim: HeadDimDefault::HiddenOverHeads,
+    attention_bias: AttentionBias::RefuseField,
+    qk_norm: false,
+    gguf_qk_rows: QkRows::Interleaved,
+};

@@ -1,5 +1,6 @@
-//! Model families: one file per architecture family (`llama.rs`, `qwen2.rs`, `qwen3.rs`), each
-//! implementing [`Family`] — its name, the `model_type` / `general.architecture` values it reads,
+//! Model families: one file per architecture family (`llama.rs`, `qwen2.rs`, `qwen3.rs`,
+//! `bert.rs`), each implementing [`Family`] (a Llama-like decoder as one `static`
+//! [`decoder::LlamaLike`]) — its name, the `model_type` / `general.architecture` values it reads,
 //! its config mapping (Hugging Face `config.json` keys and defaults, GGUF metadata keys), its
 //! tensor names (Hugging Face and GGUF) — and the one registry [`FAMILIES`] through which a
 //! checkpoint is opened ([`open_checkpoint`]).
@@ -10,14 +11,16 @@
 //! causal rule. Adding a family is one new file here plus one line in [`FAMILIES`]
 //! (see docs/ARCHITECTURE.md).
 
+pub mod bert;
 pub mod decoder;
 mod llama;
 mod qwen2;
 mod qwen3;
 
-pub use llama::Llama;
-pub use qwen2::Qwen2;
-pub use qwen3::Qwen3;
+pub use bert::Bert;
+pub use llama::LLAMA;
+pub use qwen2::QWEN2;
+pub use qwen3::QWEN3;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -27,14 +30,102 @@ use anemone_checkpoint::hf::{self, JsonFields};
 use anemone_checkpoint::{Checkpoint, CheckpointError, DecoderConfig, Result};
 
 /// Every family anemone knows, in the order error messages list them.
-pub static FAMILIES: &[&dyn Family] = &[&Llama, &Qwen2, &Qwen3];
+pub static FAMILIES: &[&dyn Family] = &[&LLAMA, &QWEN2, &QWEN3];
+
+/// Every encoder family anemone knows (bidirectional, no cache, embeddings and classifier heads).
+pub static ENCODER_FAMILIES: &[&dyn EncoderFamily] = &[&Bert];
 
 /// How a family's model runs, which decides what a runtime keeps between calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ModelKind {
-    /// A causal decoder: a prefill, then one token at a time against a KV cache. (An encoder
-    /// family — bidirectional attention, no cache — adds its own variant.)
+    /// A causal decoder: a prefill, then one token at a time against a KV cache.
     Decoder,
+    /// A bidirectional encoder: one call per input (padded to a length bucket), no cache.
+    Encoder,
+}
+
+impl ModelKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            ModelKind::Decoder => "decoder",
+            ModelKind::Encoder => "encoder",
+        }
+    }
+}
+
+/// What an encoder family provides: its identity, its config mapping and its tensor names.
+pub trait EncoderFamily: Sync {
+    /// The name configs and bundle manifests record (`EncoderConfig::architecture`).
+    fn name(&self) -> &'static str;
+
+    fn kind(&self) -> ModelKind;
+
+    /// The `model_type` values of a Hugging Face `config.json` this family reads.
+    fn hf_model_types(&self) -> &'static [&'static str];
+
+    /// The prefix transformers' task models put before the base model's tensors (`bert.`).
+    fn base_model_prefix(&self, model_type: &str) -> &'static str;
+
+    /// `config.json` → config (its `tensor_prefix` still empty); refuses every feature the
+    /// family does not implement.
+    fn config_from_hf(
+        &self,
+        fields: &JsonFields,
+        model_type: &str,
+    ) -> Result<crate::encoder::EncoderConfig>;
+
+    /// Every tensor `config` implies (prefix applied), with its Hugging Face name and shape.
+    fn expected_tensors(&self, config: &crate::encoder::EncoderConfig)
+        -> Vec<(String, Vec<usize>)>;
+}
+
+/// The encoder family reading Hugging Face `model_type`, if any.
+pub fn encoder_by_hf_model_type(model_type: &str) -> Option<&'static dyn EncoderFamily> {
+    ENCODER_FAMILIES
+        .iter()
+        .copied()
+        .find(|f| f.hf_model_types().contains(&model_type))
+}
+
+/// The encoder family whose name is `name`.
+pub fn encoder_by_name(name: &str) -> Result<&'static dyn EncoderFamily> {
+    ENCODER_FAMILIES
+        .iter()
+        .copied()
+        .find(|f| f.name() == name)
+        .ok_or_else(|| unknown(name, ENCODER_FAMILIES.iter().map(|f| f.name())))
+}
+
+/// Every Hugging Face `model_type` anemone reads, decoders then encoders.
+pub fn all_hf_model_types() -> impl Iterator<Item = &'static str> {
+    FAMILIES
+        .iter()
+        .flat_map(|f| f.hf_model_types().iter().copied())
+        .chain(
+            ENCODER_FAMILIES
+                .iter()
+                .flat_map(|f| f.hf_model_types().iter().copied()),
+        )
+}
+
+/// The kind of the model in a Hugging Face directory (by its `model_type`) or a GGUF file
+/// (always a decoder); an unknown `model_type` is an error naming it and every known one.
+pub fn model_kind(path: &Path) -> Result<ModelKind> {
+    if !path.is_dir() {
+        return Ok(ModelKind::Decoder);
+    }
+    let (config_path, json) = hf::read_config(path)?;
+    let fields = JsonFields::new(&config_path, &json)?;
+    let model_type = fields
+        .str_opt("model_type")?
+        .ok_or_else(|| fields.bad("model_type", "missing"))?;
+    if encoder_by_hf_model_type(model_type).is_some() {
+        Ok(ModelKind::Encoder)
+    } else if by_hf_model_type(model_type).is_ok() {
+        Ok(ModelKind::Decoder)
+    } else {
+        Err(unknown(model_type, all_hf_model_types()))
+    }
 }
 
 /// What a model family provides: its identity, its config mapping and its tensor names. The
@@ -161,6 +252,12 @@ fn open_hf_dir(path: &Path) -> Result<Checkpoint> {
     let model_type = fields
         .str_opt("model_type")?
         .ok_or_else(|| fields.bad("model_type", "missing"))?;
+    if encoder_by_hf_model_type(model_type).is_some() {
+        return Err(fields.unsupported(
+            "model_type",
+            format!("\"{model_type}\" is an encoder: use `anemone embed` / `anemone classify`"),
+        ));
+    }
     let config = by_hf_model_type(model_type)?.config_from_hf(&fields)?;
     let checkpoint = hf::open_dir(path, config_path, config)?;
     validate_checkpoint(&checkpoint)?;
@@ -218,9 +315,9 @@ mod tests {
 
     #[test]
     fn unknown_names_list_the_known_ones() {
-        match by_hf_model_type("bert") {
+        match by_hf_model_type("t5") {
             Err(CheckpointError::UnknownArchitecture { arch, known }) => {
-                assert_eq!(arch, "bert");
+                assert_eq!(arch, "t5");
                 assert_eq!(known, "llama, qwen2, qwen3");
             }
             other => panic!(

@@ -9,6 +9,7 @@
 //! failures are listed in pipeline order (chunks first: the first failing chunk is where the
 //! damage starts).
 
+pub mod encoder;
 pub mod metrics;
 pub mod plot;
 pub mod prompts;

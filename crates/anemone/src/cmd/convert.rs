@@ -80,6 +80,11 @@ pub struct ConvertArgs {
     #[command(flatten)]
     pub compression: CompressArgs,
 
+    /// Encoders: the length buckets (one function each); every input runs in the smallest one
+    /// holding it, longer inputs are refused.
+    #[arg(long, value_delimiter = ',', default_value = "32,128,512")]
+    pub lengths: Vec<usize>,
+
     /// Replace an existing bundle at --out (only a bundle or an empty directory).
     #[arg(long)]
     pub force: bool,
@@ -91,6 +96,12 @@ pub struct ConvertArgs {
 
 pub fn run(args: ConvertArgs) -> Result<()> {
     let started = Instant::now();
+    if anemone_models::families::model_kind(&args.model)
+        .with_context(|| format!("cannot open checkpoint {}", args.model.display()))?
+        == anemone_models::families::ModelKind::Encoder
+    {
+        return run_encoder(&args, started);
+    }
     let checkpoint = anemone_models::open_checkpoint(&args.model)
         .with_context(|| format!("cannot open checkpoint {}", args.model.display()))?;
     let sizing = match (args.layers_per_chunk, args.chunk_size_mb) {
@@ -177,6 +188,61 @@ pub fn run(args: ConvertArgs) -> Result<()> {
             c.norm.name(),
             c.state_layout.name(),
             c.lm_head.name()
+        );
+        if let Some(c) = &compressor {
+            super::compress_opts::print_summary(&c.record().summary(), "  ");
+        }
+    }
+    Ok(())
+}
+
+fn run_encoder(args: &ConvertArgs, started: Instant) -> Result<()> {
+    use anemone_models::encoder::bundle::{convert_encoder, EncoderConvertOptions};
+    let ck = anemone_models::encoder::open_encoder(&args.model)
+        .with_context(|| format!("cannot open encoder {}", args.model.display()))?;
+    let compressor = args.compression.compressor(args.precision, false)?;
+    let hook: &dyn WeightCompressor = match &compressor {
+        Some(c) => c,
+        None => &Uncompressed,
+    };
+    let options = EncoderConvertOptions {
+        lengths: args.lengths.clone(),
+        precision: args.precision,
+        force: args.force,
+        compressor: hook,
+    };
+    let m = convert_encoder(&ck, &args.out, &options)
+        .with_context(|| format!("converting {}", args.model.display()))?;
+    let seconds = started.elapsed().as_secs_f64();
+    let total_bytes: u64 = m.files.values().map(|f| f.bytes).sum();
+    if args.json {
+        let report = serde_json::json!({
+            "out": args.out,
+            "kind": m.kind,
+            "architecture": m.config.architecture,
+            "model_type": m.config.model_type,
+            "layers": m.config.num_hidden_layers,
+            "buckets": m.conversion.buckets,
+            "pooling": m.pooling,
+            "files": m.files.len(),
+            "total_bytes": total_bytes,
+            "seconds": seconds,
+            "compression": compressor.as_ref().map(|c| c.record().summary()),
+        });
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!(
+            "wrote {} (encoder {} / {}, {} layers, buckets {:?}, {}, pooling {}{}; {} files, {:.1} MB) in {seconds:.2} s",
+            args.out.display(),
+            m.config.architecture,
+            m.config.model_type,
+            m.config.num_hidden_layers,
+            m.conversion.buckets,
+            m.conversion.precision.name(),
+            m.pooling.mode.name(),
+            if m.pooling.normalize { " + normalise" } else { "" },
+            m.files.len(),
+            total_bytes as f64 / 1e6,
         );
         if let Some(c) = &compressor {
             super::compress_opts::print_summary(&c.record().summary(), "  ");

@@ -7,7 +7,7 @@ use anemone_backend::Backend;
 use anemone_checkpoint::Checkpoint;
 use anemone_mil::Precision;
 use anemone_models::reference::{ReferenceModel, ReferenceOptions};
-use anemone_runtime::backend::{run_on_backend, BackendChoice, BackendKind, PipelineTask};
+use anemone_runtime::backend::{run_on_backend, BackendKind, PipelineTask};
 use anemone_runtime::gate::{self, plot, GateOptions, GateReport};
 use anemone_runtime::pipeline::{Pipeline, PipelineOptions};
 use anyhow::{bail, Context, Result};
@@ -54,9 +54,13 @@ pub struct GateArgs {
     pub precision: Vec<Precision>,
 
     /// The engine that runs the bundles. executor: the MIL executor, a CPU interpreter on any OS
-    /// that also names the first op producing inf or NaN (the only backend yet).
-    #[arg(long, default_value_t, value_parser = super::backend_parser())]
-    pub backend: BackendKind,
+    /// that also names the first op producing inf or NaN; coreml (macOS only): Core ML.
+    /// Default: coreml on macOS, executor elsewhere.
+    #[arg(long, value_parser = super::backend_parser())]
+    pub backend: Option<BackendKind>,
+
+    #[command(flatten)]
+    pub coreml: super::CoreMlArgs,
 
     /// Least fraction of steps (margin ≥ --near-tie) whose top-1 agrees.
     #[arg(long, default_value_t = 1.0)]
@@ -90,6 +94,10 @@ pub struct GateArgs {
     /// Skip checking the bundle files against the manifest's sha256.
     #[arg(long)]
     pub no_verify: bool,
+
+    /// Encoder bundles: the smallest embedding cosine per input that passes.
+    #[arg(long, default_value_t = 0.9999)]
+    pub min_embedding_cosine: f64,
 }
 
 #[derive(serde::Serialize)]
@@ -99,6 +107,14 @@ struct JsonOutput<'a> {
 }
 
 pub fn run(args: GateArgs) -> Result<()> {
+    if let Some(first) = args.bundles.first() {
+        if first.is_dir()
+            && anemone_models::encoder::bundle::bundle_kind(first)?
+                == anemone_models::families::ModelKind::Encoder
+        {
+            return super::gate_encoder::run(&args);
+        }
+    }
     let options = GateOptions {
         steps: args.steps,
         min_top1: args.min_top1,
@@ -193,11 +209,11 @@ fn gate_one(
     args: &GateArgs,
 ) -> Result<GateReport> {
     let spinner = spinner(format!("loading {} ({precision})", bundle.display()));
-    let choice = BackendChoice {
-        kind: args.backend,
+    let choice = args.coreml.choice(
+        args.backend.unwrap_or_else(BackendKind::for_bundles),
         precision,
-        threads: args.threads,
-    };
+        args.threads,
+    );
     let pipeline_options = PipelineOptions {
         verify_hashes: !args.no_verify,
         host_threads: args.threads,

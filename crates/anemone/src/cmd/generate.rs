@@ -94,9 +94,13 @@ pub struct GenerateArgs {
     pub precision: Option<Precision>,
 
     /// Bundles only: the engine that runs the bundle's packages. executor: the MIL executor, a
-    /// CPU interpreter on any OS (the only backend yet). Default: executor.
+    /// CPU interpreter on any OS; coreml (macOS only): Core ML. Default: coreml on macOS,
+    /// executor elsewhere.
     #[arg(long, value_parser = super::backend_parser())]
     pub backend: Option<BackendKind>,
+
+    #[command(flatten)]
+    pub coreml: super::CoreMlArgs,
 
     /// Bundles only: skip checking the bundle's files against the manifest's sha256 (for a
     /// bundle checked already, e.g. by `anemone inspect`).
@@ -235,11 +239,11 @@ fn load_checkpoint(args: &GenerateArgs) -> Result<Checkpoint> {
 fn run_bundle(args: &GenerateArgs) -> Result<()> {
     let manifest = anemone_models::bundle::read_manifest(&args.model)
         .with_context(|| format!("reading bundle {}", args.model.display()))?;
-    let choice = BackendChoice {
-        kind: args.backend.unwrap_or_default(),
-        precision: args.precision.unwrap_or(manifest.conversion.precision),
-        threads: args.threads,
-    };
+    let choice = args.coreml.choice(
+        args.backend.unwrap_or_else(BackendKind::for_bundles),
+        args.precision.unwrap_or(manifest.conversion.precision),
+        args.threads,
+    );
     let spinner = spinner(format!(
         "loading bundle {} ({} {})",
         args.model.display(),

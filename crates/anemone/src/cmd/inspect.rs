@@ -24,6 +24,7 @@ use serde::Serialize;
 ///   anemone inspect smollm2.bundle
 ///   anemone inspect smollm2.bundle/chunks/chunk-00.mlpackage --json
 ///   anemone inspect some.mlpackage --strict
+///   anemone inspect smollm2.bundle --plan --min-ane 0.95   (macOS 14.4+)
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
 pub struct InspectArgs {
@@ -41,6 +42,20 @@ pub struct InspectArgs {
     /// Skip checking a bundle's files against the manifest's sha256.
     #[arg(long)]
     pub no_verify: bool,
+
+    /// Instead of the package report: Core ML's compute plan (MLComputePlan, macOS 14.4+) of
+    /// every function of every chunk: each op's preferred and supported devices and estimated
+    /// cost, the Neural Engine's share of the cost per chunk and in total, the ops off it by type.
+    #[arg(long)]
+    pub plan: bool,
+
+    /// With --plan: exit with status 1 when the Neural Engine's share of the total cost is below
+    /// F (0..1), a residency gate for a Mac CI.
+    #[arg(long, value_name = "F", requires = "plan")]
+    pub min_ane: Option<f64>,
+
+    #[command(flatten)]
+    pub coreml: super::CoreMlArgs,
 }
 
 #[derive(Debug, Serialize)]
@@ -149,6 +164,9 @@ fn inspect_package(
 }
 
 pub fn run(args: InspectArgs) -> Result<()> {
+    if args.plan {
+        return super::inspect_plan::run(&args);
+    }
     let path = &args.path;
     let is_bundle = path.join(MANIFEST_FILE).is_file();
     let mut report = if is_bundle {

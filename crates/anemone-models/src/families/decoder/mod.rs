@@ -6,6 +6,9 @@
 pub mod gguf_config;
 pub mod gguf_names;
 pub mod hf_config;
+mod llama_like;
+
+pub use llama_like::LlamaLike;
 
 use anemone_checkpoint::DecoderConfig;
 

@@ -1,0 +1,621 @@
+//! The Apple layer: `MLModel` compile/load/predict, `MLState`, output backings, `MLComputePlan`.
+//! Type-checked for aarch64-apple-darwin by `scripts/check-apple.sh`; never run in this
+//! repository's CI (no Mac).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::sync::Mutex;
+
+use anemone_backend::{Backend, Tensor};
+use anemone_mil::DType;
+use objc2::rc::Retained;
+use objc2::runtime::{AnyObject, ProtocolObject};
+use objc2::AnyThread;
+use objc2_core_ml::{
+    MLComputePlan, MLComputeUnits, MLDictionaryFeatureProvider, MLFeatureProvider, MLFeatureValue,
+    MLModel, MLModelConfiguration, MLMultiArray, MLMultiArrayDataType, MLPredictionOptions,
+    MLState,
+};
+use objc2_foundation::{NSArray, NSDictionary, NSError, NSNumber, NSProcessInfo, NSString, NSURL};
+
+use crate::plan::{Device, OpPlan, PackagePlan};
+use crate::{
+    cache, Availability, ComputeUnits, CoreMlError, CoreMlOptions, MIN_MACOS_PLAN,
+    MIN_MACOS_STATEFUL,
+};
+
+fn os_version() -> (u32, u32, String) {
+    let v = NSProcessInfo::processInfo().operatingSystemVersion();
+    let (major, minor) = (v.majorVersion as u32, v.minorVersion as u32);
+    (major, minor, format!("{major}.{minor}.{}", v.patchVersion))
+}
+
+pub(crate) fn availability() -> Availability {
+    let (major, minor, text) = os_version();
+    let (available, reason) = if (major, minor) >= MIN_MACOS_STATEFUL || !cfg!(target_os = "macos")
+    {
+        (true, None)
+    } else {
+        (
+            false,
+            Some(format!(
+                "macOS {text} is older than {}.{}, the first with stateful multi-function models",
+                MIN_MACOS_STATEFUL.0, MIN_MACOS_STATEFUL.1
+            )),
+        )
+    };
+    Availability {
+        available,
+        os_version: Some(text),
+        reason,
+    }
+}
+
+fn ns_error(e: &NSError) -> String {
+    e.localizedDescription().to_string()
+}
+
+fn url(path: &Path) -> Retained<NSURL> {
+    NSURL::from_file_path(path)
+        .unwrap_or_else(|| NSURL::fileURLWithPath(&NSString::from_str(&path.to_string_lossy())))
+}
+
+fn units(u: ComputeUnits) -> MLComputeUnits {
+    match u {
+        ComputeUnits::Ane => MLComputeUnits::CPUAndNeuralEngine,
+        ComputeUnits::Gpu => MLComputeUnits::CPUAndGPU,
+        ComputeUnits::Cpu => MLComputeUnits::CPUOnly,
+        ComputeUnits::All => MLComputeUnits::All,
+    }
+}
+
+/// Bundles on Core ML.
+#[derive(Debug, Clone)]
+pub struct CoreMlBackend {
+    options: CoreMlOptions,
+    cache_root: PathBuf,
+}
+
+impl CoreMlBackend {
+    pub fn new(options: CoreMlOptions) -> Self {
+        let cache_root = options
+            .cache_dir
+            .clone()
+            .unwrap_or_else(cache::default_root);
+        CoreMlBackend {
+            options,
+            cache_root,
+        }
+    }
+
+    /// The package compiled to `.mlmodelc`: from the cache, or compiled now (and cached unless
+    /// `no_cache`). The second value keeps a temporary compiled model alive.
+    fn compiled(&self, package: &Path) -> Result<(PathBuf, Option<PathBuf>), CoreMlError> {
+        let hash = cache::package_hash(package)?;
+        let dest = cache::compiled_path(&self.cache_root, &hash);
+        if !self.options.no_cache && dest.is_dir() {
+            tracing::debug!(package = %package.display(), compiled = %dest.display(), "cache hit");
+            return Ok((dest, None));
+        }
+        let started = std::time::Instant::now();
+        #[allow(deprecated)] // the synchronous form; the caller is not the main thread
+        // SAFETY: a file URL; Core ML returns the compiled model's temporary location.
+        let compiled = unsafe { MLModel::compileModelAtURL_error(&url(package)) }.map_err(|e| {
+            CoreMlError::Compile {
+                package: package.to_path_buf(),
+                message: ns_error(&e),
+            }
+        })?;
+        let compiled = compiled
+            .to_file_path()
+            .ok_or_else(|| CoreMlError::Compile {
+                package: package.to_path_buf(),
+                message: "Core ML returned a compiled model that is not a file".into(),
+            })?;
+        tracing::info!(
+            package = %package.display(),
+            seconds = started.elapsed().as_secs_f64(),
+            "compiled"
+        );
+        if self.options.no_cache {
+            return Ok((compiled.clone(), Some(compiled)));
+        }
+        cache::install(package, &compiled, &dest)?;
+        let _ = std::fs::remove_dir_all(&compiled);
+        Ok((dest, None))
+    }
+
+    fn configuration(&self, function: Option<&str>) -> Retained<MLModelConfiguration> {
+        // SAFETY: a fresh configuration object, set before any model uses it.
+        unsafe {
+            let config = MLModelConfiguration::new();
+            config.setComputeUnits(units(self.options.compute_units));
+            if let Some(function) = function {
+                config.setFunctionName(Some(&NSString::from_str(function)));
+            }
+            config
+        }
+    }
+}
+
+/// A compiled, loaded package: one `MLModel` per function (`functionName`), predictions on it
+/// serialized (Core ML's contract for a model shared by sessions).
+pub struct CoreMlPackage {
+    path: PathBuf,
+    compiled: PathBuf,
+    models: HashMap<String, Retained<MLModel>>,
+    /// Output name → declared shape, per function.
+    outputs: HashMap<String, Vec<(String, Vec<usize>)>>,
+    /// fp16 output backings, reused across predictions, per (function, output).
+    backings: Mutex<HashMap<(String, String), Retained<MLMultiArray>>>,
+    serial: Mutex<()>,
+    /// A compiled model outside the cache (`--no-cache`), removed on drop.
+    temporary: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for CoreMlPackage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CoreMlPackage")
+            .field("path", &self.path)
+            .field("compiled", &self.compiled)
+            .field("functions", &self.models.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl Drop for CoreMlPackage {
+    fn drop(&mut self) {
+        if let Some(dir) = &self.temporary {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+/// One session's state of a package: an `MLState` and the model that makes a fresh one.
+pub struct CoreMlState {
+    state: Retained<MLState>,
+    model: Retained<MLModel>,
+}
+
+impl std::fmt::Debug for CoreMlState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CoreMlState")
+    }
+}
+
+impl CoreMlPackage {
+    fn model(&self, function: &str) -> Result<&Retained<MLModel>, CoreMlError> {
+        self.models
+            .get(function)
+            .ok_or_else(|| CoreMlError::Predict {
+                package: self.path.clone(),
+                function: function.to_string(),
+                message: format!(
+                    "no such function (the package has: {:?})",
+                    self.models.keys().collect::<Vec<_>>()
+                ),
+            })
+    }
+}
+
+fn declared_outputs(model: &MLModel) -> Vec<(String, Vec<usize>)> {
+    // SAFETY: reading the immutable description of a loaded model.
+    unsafe {
+        let description = model.modelDescription();
+        let by_name = description.outputDescriptionsByName();
+        let mut out = Vec::new();
+        for key in by_name.allKeys().to_vec() {
+            let Some(feature) = by_name.objectForKey(&key) else {
+                continue;
+            };
+            let shape = feature
+                .multiArrayConstraint()
+                .map(|c| {
+                    c.shape()
+                        .to_vec()
+                        .iter()
+                        .map(|n| n.integerValue().max(0) as usize)
+                        .collect()
+                })
+                .unwrap_or_default();
+            out.push((key.to_string(), shape));
+        }
+        out
+    }
+}
+
+fn ml_dtype(d: DType) -> Option<MLMultiArrayDataType> {
+    match d {
+        DType::F16 => Some(MLMultiArrayDataType::Float16),
+        DType::F32 => Some(MLMultiArrayDataType::Float32),
+        DType::I32 => Some(MLMultiArrayDataType::Int32),
+        _ => None,
+    }
+}
+
+fn ns_shape(shape: &[usize]) -> Retained<NSArray<NSNumber>> {
+    let numbers: Vec<Retained<NSNumber>> = shape.iter().map(|&d| NSNumber::new_usize(d)).collect();
+    NSArray::from_retained_slice(&numbers)
+}
+
+fn usizes(a: &NSArray<NSNumber>) -> Vec<usize> {
+    a.to_vec()
+        .iter()
+        .map(|n| n.integerValue().max(0) as usize)
+        .collect()
+}
+
+/// A new contiguous `MLMultiArray` holding `t`'s values in `t`'s dtype.
+fn to_multiarray(t: &Tensor) -> Result<Retained<MLMultiArray>, String> {
+    let dtype = ml_dtype(t.dtype)
+        .ok_or_else(|| format!("dtype {:?} has no Core ML array type", t.dtype))?;
+    // SAFETY: a fresh array of the declared shape and type; it is written through its own
+    // strides before anyone else sees it.
+    unsafe {
+        let array = MLMultiArray::initWithShape_dataType_error(
+            MLMultiArray::alloc(),
+            &ns_shape(&t.shape),
+            dtype,
+        )
+        .map_err(|e| ns_error(&e))?;
+        let strides = usizes(&array.strides());
+        #[allow(deprecated)]
+        let base = array.dataPointer().as_ptr();
+        for (flat, &v) in t.data.iter().enumerate() {
+            let offset = strided_offset(flat, &t.shape, &strides);
+            match t.dtype {
+                DType::F16 => *(base as *mut u16).add(offset) = half::f16::from_f32(v).to_bits(),
+                DType::F32 => *(base as *mut f32).add(offset) = v,
+                _ => *(base as *mut i32).add(offset) = v as i32,
+            }
+        }
+        Ok(array)
+    }
+}
+
+/// The element offset of row-major index `flat` of `shape` in an array with `strides`.
+fn strided_offset(flat: usize, shape: &[usize], strides: &[usize]) -> usize {
+    let mut rest = flat;
+    let mut offset = 0;
+    for (dim, stride) in shape.iter().zip(strides).rev() {
+        offset += (rest % dim.max(&1)) * stride;
+        rest /= dim.max(&1);
+    }
+    offset
+}
+
+/// An `MLMultiArray`'s values in row-major order, read through its strides (Core ML pads the
+/// last dimension of fp16 outputs on the Neural Engine).
+fn read_multiarray(a: &MLMultiArray) -> (DType, Vec<usize>, Vec<f32>) {
+    // SAFETY: reading a finished output (or our own backing after the prediction returned).
+    unsafe {
+        let shape = usizes(&a.shape());
+        let strides = usizes(&a.strides());
+        let dtype = a.dataType();
+        #[allow(deprecated)]
+        let base = a.dataPointer().as_ptr();
+        let n: usize = shape.iter().product();
+        let mut out = Vec::with_capacity(n);
+        let d = if dtype == MLMultiArrayDataType::Float16 {
+            DType::F16
+        } else if dtype == MLMultiArrayDataType::Int32 {
+            DType::I32
+        } else {
+            DType::F32
+        };
+        for flat in 0..n {
+            let o = strided_offset(flat, &shape, &strides);
+            out.push(match d {
+                DType::F16 => half::f16::from_bits(*(base as *const u16).add(o)).to_f32(),
+                DType::I32 => *(base as *const i32).add(o) as f32,
+                _ if dtype == MLMultiArrayDataType::Float64 => *(base as *const f64).add(o) as f32,
+                _ => *(base as *const f32).add(o),
+            });
+        }
+        (d, shape, out)
+    }
+}
+
+impl Backend for CoreMlBackend {
+    type Package = CoreMlPackage;
+    type State = CoreMlState;
+    type Error = CoreMlError;
+
+    fn name(&self) -> String {
+        format!("coreml-{}", self.options.compute_units.name())
+    }
+
+    fn load(&self, path: &Path) -> Result<CoreMlPackage, CoreMlError> {
+        let (major, minor, found) = os_version();
+        if cfg!(target_os = "macos") && (major, minor) < MIN_MACOS_STATEFUL {
+            return Err(CoreMlError::OsTooOld {
+                package: path.to_path_buf(),
+                what: "stateful multi-function models (MLState, functionName)",
+                needed: MIN_MACOS_STATEFUL,
+                found,
+            });
+        }
+        let program = anemone_mil::read_package(path).map_err(|e| CoreMlError::Load {
+            package: path.to_path_buf(),
+            compiled: path.to_path_buf(),
+            message: format!("reading the package's functions: {e}"),
+        })?;
+        let (compiled, temporary) = self.compiled(path)?;
+        let compiled_url = url(&compiled);
+        let mut models = HashMap::new();
+        let mut outputs = HashMap::new();
+        for function in program.functions() {
+            let name = function.name().to_string();
+            let config = self.configuration(Some(&name));
+            // SAFETY: a compiled model directory and a configuration no one else mutates.
+            let model = unsafe {
+                MLModel::modelWithContentsOfURL_configuration_error(&compiled_url, &config)
+            }
+            .map_err(|e| CoreMlError::Load {
+                package: path.to_path_buf(),
+                compiled: compiled.clone(),
+                message: format!("function `{name}`: {}", ns_error(&e)),
+            })?;
+            outputs.insert(name.clone(), declared_outputs(&model));
+            models.insert(name, model);
+        }
+        Ok(CoreMlPackage {
+            path: path.to_path_buf(),
+            compiled,
+            models,
+            outputs,
+            backings: Mutex::new(HashMap::new()),
+            serial: Mutex::new(()),
+            temporary,
+        })
+    }
+
+    fn new_state(
+        &self,
+        package: &CoreMlPackage,
+        function: &str,
+    ) -> Result<CoreMlState, CoreMlError> {
+        let model = package.model(function)?.clone();
+        // SAFETY: newState on a loaded stateful model.
+        let state = unsafe { model.newState() };
+        Ok(CoreMlState { state, model })
+    }
+
+    fn reset_state(&self, state: &mut CoreMlState) {
+        // A fresh MLState is zeroed: Core ML gives no cheaper reset.
+        // SAFETY: as in new_state.
+        state.state = unsafe { state.model.newState() };
+    }
+
+    fn predict(
+        &self,
+        package: &CoreMlPackage,
+        function: &str,
+        inputs: &HashMap<String, Tensor>,
+        state: &mut CoreMlState,
+    ) -> Result<HashMap<String, Tensor>, CoreMlError> {
+        let model = package.model(function)?;
+        let bad_input = |input: &str, problem: String| CoreMlError::Input {
+            package: package.path.clone(),
+            function: function.to_string(),
+            input: input.to_string(),
+            problem,
+        };
+        let mut keys = Vec::new();
+        let mut values = Vec::new();
+        for (name, tensor) in inputs {
+            let array = to_multiarray(tensor).map_err(|p| bad_input(name, p))?;
+            keys.push(NSString::from_str(name));
+            // SAFETY: wrapping an array we own.
+            values.push(unsafe { MLFeatureValue::featureValueWithMultiArray(&array) });
+        }
+        let key_refs: Vec<&NSString> = keys.iter().map(|k| &**k).collect();
+        let value_refs: Vec<&AnyObject> = values.iter().map(|v| &****v).collect();
+        let dict = NSDictionary::from_slices(&key_refs, &value_refs);
+        // SAFETY: a dictionary of feature values, as the initializer requires.
+        let provider = unsafe {
+            MLDictionaryFeatureProvider::initWithDictionary_error(
+                MLDictionaryFeatureProvider::alloc(),
+                &dict,
+            )
+        }
+        .map_err(|e| bad_input("(all)", ns_error(&e)))?;
+        let declared = package.outputs.get(function).cloned().unwrap_or_default();
+        let _serial = package
+            .serial
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let options = unsafe { MLPredictionOptions::new() };
+        {
+            let mut backings = package
+                .backings
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            let mut names = Vec::new();
+            let mut arrays = Vec::new();
+            for (output, shape) in &declared {
+                if shape.is_empty() {
+                    continue;
+                }
+                let key = (function.to_string(), output.clone());
+                if !backings.contains_key(&key) {
+                    // SAFETY: a fresh fp16 array of the declared shape, owned by the package.
+                    let array = unsafe {
+                        MLMultiArray::initWithShape_dataType_error(
+                            MLMultiArray::alloc(),
+                            &ns_shape(shape),
+                            MLMultiArrayDataType::Float16,
+                        )
+                    }
+                    .map_err(|e| CoreMlError::Predict {
+                        package: package.path.clone(),
+                        function: function.to_string(),
+                        message: format!("output backing `{output}`: {}", ns_error(&e)),
+                    })?;
+                    backings.insert(key.clone(), array);
+                }
+                names.push(NSString::from_str(output));
+                arrays.push(backings[&key].clone());
+            }
+            let name_refs: Vec<&NSString> = names.iter().map(|k| &**k).collect();
+            let array_refs: Vec<&AnyObject> = arrays.iter().map(|a| &****a).collect();
+            let backing_dict = NSDictionary::from_slices(&name_refs, &array_refs);
+            // SAFETY: output name → MLMultiArray of the output's shape, as Core ML requires.
+            unsafe { options.setOutputBackings(&backing_dict) };
+        }
+        // SAFETY: the model's own state; predictions on this model are serialized above.
+        let result = unsafe {
+            model.predictionFromFeatures_usingState_options_error(
+                ProtocolObject::from_ref(&*provider),
+                &state.state,
+                &options,
+            )
+        }
+        .map_err(|e| CoreMlError::Predict {
+            package: package.path.clone(),
+            function: function.to_string(),
+            message: ns_error(&e),
+        })?;
+        let mut out = HashMap::new();
+        for (output, shape) in &declared {
+            // SAFETY: reading the outputs of a finished prediction.
+            let value = unsafe { result.featureValueForName(&NSString::from_str(output)) };
+            let array = value
+                .and_then(|v| unsafe { v.multiArrayValue() })
+                .ok_or_else(|| CoreMlError::OutputMissing {
+                    package: package.path.clone(),
+                    function: function.to_string(),
+                    output: output.clone(),
+                })?;
+            let (dtype, found, data) = read_multiarray(&array);
+            if !shape.is_empty() && &found != shape {
+                return Err(CoreMlError::OutputShape {
+                    package: package.path.clone(),
+                    function: function.to_string(),
+                    output: output.clone(),
+                    expected: shape.clone(),
+                    found,
+                });
+            }
+            let tensor =
+                Tensor::new(dtype, found.clone(), data).map_err(|e| CoreMlError::OutputShape {
+                    package: package.path.clone(),
+                    function: function.to_string(),
+                    output: format!("{output} ({e})"),
+                    expected: shape.clone(),
+                    found,
+                })?;
+            out.insert(output.clone(), tensor);
+        }
+        Ok(out)
+    }
+}
+
+/// The result of `MLComputePlan`'s completion handler, carried to the waiting thread.
+struct PlanResult(Result<Retained<MLComputePlan>, String>);
+// SAFETY: the plan is immutable once loaded; it is only read after the handler has run.
+unsafe impl Send for PlanResult {}
+
+/// The compute plan of every function of `package` under `options`' compute units (macOS 14.4+).
+pub fn compute_plan(package: &Path, options: &CoreMlOptions) -> Result<PackagePlan, CoreMlError> {
+    let (major, minor, found) = os_version();
+    if (major, minor) < MIN_MACOS_PLAN {
+        return Err(CoreMlError::OsTooOld {
+            package: package.to_path_buf(),
+            what: "MLComputePlan",
+            needed: MIN_MACOS_PLAN,
+            found,
+        });
+    }
+    let backend = CoreMlBackend::new(options.clone());
+    let (compiled, temporary) = backend.compiled(package)?;
+    let config = backend.configuration(None);
+    let (tx, rx) = mpsc::channel::<PlanResult>();
+    let handler = block2::RcBlock::new(move |plan: *mut MLComputePlan, error: *mut NSError| {
+        // SAFETY: Core ML hands one of the two, valid for the duration of the call.
+        let result = unsafe {
+            match Retained::retain(plan) {
+                Some(plan) => Ok(plan),
+                None => Err(Retained::retain(error)
+                    .map(|e| ns_error(&e))
+                    .unwrap_or_else(|| "no plan and no error".into())),
+            }
+        };
+        let _ = tx.send(PlanResult(result));
+    });
+    // SAFETY: a compiled model URL, a configuration and a handler that outlives the call.
+    unsafe {
+        MLComputePlan::loadContentsOfURL_configuration_completionHandler(
+            &url(&compiled),
+            &config,
+            &handler,
+        )
+    };
+    let plan_err = |message: String| CoreMlError::Plan {
+        package: package.to_path_buf(),
+        message,
+    };
+    let plan = rx
+        .recv()
+        .map_err(|_| plan_err("Core ML dropped the completion handler".into()))?
+        .0
+        .map_err(plan_err)?;
+    let mut ops = Vec::new();
+    // SAFETY: reading the immutable structure of a loaded plan.
+    unsafe {
+        let program = plan
+            .modelStructure()
+            .program()
+            .ok_or_else(|| plan_err("the model is not an ML program".into()))?;
+        let functions = program.functions();
+        for name in functions.allKeys().to_vec() {
+            let Some(function) = functions.objectForKey(&name) else {
+                continue;
+            };
+            for op in function.block().operations().to_vec() {
+                let usage = plan.computeDeviceUsageForMLProgramOperation(&op);
+                let preferred = usage.as_ref().map(|u| device(&u.preferredComputeDevice()));
+                let supported = usage
+                    .as_ref()
+                    .map(|u| {
+                        u.supportedComputeDevices()
+                            .to_vec()
+                            .iter()
+                            .map(|d| device(d))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let cost = plan
+                    .estimatedCostOfMLProgramOperation(&op)
+                    .map(|c| c.weight());
+                ops.push(OpPlan {
+                    function: name.to_string(),
+                    op_type: op.operatorName().to_string(),
+                    preferred,
+                    supported,
+                    cost,
+                });
+            }
+        }
+    }
+    if let Some(dir) = temporary {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    Ok(PackagePlan {
+        package: package.to_path_buf(),
+        ops,
+    })
+}
+
+fn device(d: &ProtocolObject<dyn objc2_core_ml::MLComputeDeviceProtocol>) -> Device {
+    let object: &AnyObject = d.as_ref();
+    let class = object.class().name().to_string_lossy().into_owned();
+    if class.contains("NeuralEngine") {
+        Device::NeuralEngine
+    } else if class.contains("GPU") {
+        Device::Gpu
+    } else {
+        Device::Cpu
+    }
+}

@@ -1,0 +1,164 @@
+//! The Core ML backend: runs a bundle's `.mlpackage` chunks through `MLModel`, on the Neural
+//! Engine by default, behind the same [`anemone_backend::Backend`] contract as the executor.
+//!
+//! Only Apple targets (`target_vendor = "apple"`) have Core ML: there [`CoreMlBackend`] compiles
+//! each package once into a `.mlmodelc` cached by the package's content hash ([`cache`]), loads
+//! it with the chosen compute units, keeps one `MLState` per session and serializes predictions
+//! per model. Everywhere else the crate holds the platform-independent parts (options, errors,
+//! the cache layout, the compute-plan summary) and [`availability`] says why Core ML is not
+//! there. Nothing here has run on a Mac from this repository's CI: the Apple layer is
+//! type-checked for `aarch64-apple-darwin` by `scripts/check-apple.sh`.
+
+pub mod cache;
+mod error;
+pub mod plan;
+
+#[cfg(target_vendor = "apple")]
+mod apple;
+
+#[cfg(target_vendor = "apple")]
+pub use apple::{compute_plan, CoreMlBackend, CoreMlPackage, CoreMlState};
+pub use error::CoreMlError;
+
+use std::path::PathBuf;
+
+/// The devices Core ML may use (`MLComputeUnits`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ComputeUnits {
+    /// CPU and Neural Engine (`cpuAndNeuralEngine`): the placement anemone's graphs are shaped
+    /// for.
+    #[default]
+    Ane,
+    /// CPU and GPU (`cpuAndGPU`).
+    Gpu,
+    /// CPU only (`cpuOnly`).
+    Cpu,
+    /// Whatever Core ML picks (`all`).
+    All,
+}
+
+impl ComputeUnits {
+    pub const ALL: [ComputeUnits; 4] = [
+        ComputeUnits::Ane,
+        ComputeUnits::Gpu,
+        ComputeUnits::Cpu,
+        ComputeUnits::All,
+    ];
+
+    /// The name `--compute-units` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            ComputeUnits::Ane => "ane",
+            ComputeUnits::Gpu => "gpu",
+            ComputeUnits::Cpu => "cpu",
+            ComputeUnits::All => "all",
+        }
+    }
+}
+
+impl std::str::FromStr for ComputeUnits {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        ComputeUnits::ALL
+            .into_iter()
+            .find(|u| u.name() == s)
+            .ok_or_else(|| format!("unknown compute units `{s}` (one of: ane, gpu, cpu, all)"))
+    }
+}
+
+/// How the backend compiles and loads packages.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CoreMlOptions {
+    pub compute_units: ComputeUnits,
+    /// Compile every package afresh into a temporary directory instead of reusing (and
+    /// filling) the cache.
+    pub no_cache: bool,
+    /// The cache root; `None` = [`cache::default_root`].
+    pub cache_dir: Option<PathBuf>,
+}
+
+/// Whether Core ML can run anemone's bundles here.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Availability {
+    pub available: bool,
+    /// The OS version (`15.1`), where known.
+    pub os_version: Option<String>,
+    /// Why not, when not available.
+    pub reason: Option<String>,
+}
+
+/// The oldest macOS whose Core ML runs stateful multi-function models (`MLState`,
+/// `functionName`).
+pub const MIN_MACOS_STATEFUL: (u32, u32) = (15, 0);
+/// The oldest macOS with `MLComputePlan`.
+pub const MIN_MACOS_PLAN: (u32, u32) = (14, 4);
+
+/// Core ML's availability on this machine.
+pub fn availability() -> Availability {
+    #[cfg(target_vendor = "apple")]
+    {
+        apple::availability()
+    }
+    #[cfg(not(target_vendor = "apple"))]
+    {
+        Availability {
+            available: false,
+            os_version: None,
+            reason: Some(unavailable_reason()),
+        }
+    }
+}
+
+/// Why Core ML is missing on a non-Apple target.
+pub fn unavailable_reason() -> String {
+    format!(
+        "Core ML exists only on Apple platforms (macOS {}.{}+ for stateful bundles); this is {}-{}",
+        MIN_MACOS_STATEFUL.0,
+        MIN_MACOS_STATEFUL.1,
+        std::env::consts::OS,
+        std::env::consts::ARCH
+    )
+}
+
+/// `(major, minor)` of a version string like `15.1.1`.
+pub fn parse_version(v: &str) -> Option<(u32, u32)> {
+    let mut parts = v.trim().split('.');
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts.next().map_or(Some(0), |m| m.parse().ok())?;
+    Some((major, minor))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compute_units_parse_by_name_and_default_to_the_neural_engine() {
+        for u in ComputeUnits::ALL {
+            assert_eq!(u.name().parse::<ComputeUnits>(), Ok(u));
+        }
+        assert_eq!(ComputeUnits::default(), ComputeUnits::Ane);
+        assert!("npu"
+            .parse::<ComputeUnits>()
+            .unwrap_err()
+            .contains("ane, gpu"));
+    }
+
+    #[test]
+    fn versions_parse() {
+        assert_eq!(parse_version("15.1.1"), Some((15, 1)));
+        assert_eq!(parse_version("14"), Some((14, 0)));
+        assert_eq!(parse_version("x"), None);
+        assert!(parse_version("14.4").unwrap() >= MIN_MACOS_PLAN);
+        assert!(parse_version("14.3").unwrap() < MIN_MACOS_PLAN);
+    }
+
+    #[cfg(not(target_vendor = "apple"))]
+    #[test]
+    fn elsewhere_core_ml_is_unavailable_with_the_reason() {
+        let a = availability();
+        assert!(!a.available);
+        assert!(a.reason.unwrap().contains("only on Apple platforms"));
+    }
+}

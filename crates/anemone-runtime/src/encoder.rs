@@ -1,0 +1,323 @@
+//! Running an encoder: from a checkpoint (the fp32 reference) or from an encoder bundle (the
+//! MIL executor, fp16 by default). Inputs are tokenized without truncation, each goes to the
+//! smallest length bucket holding it (an input longer than the largest is an error naming both
+//! lengths), and inputs are run grouped by bucket; results come back in input order.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use anemone_exec::{LoadedPackage, OpOutput, Precision as ExecPrecision, Tensor};
+use anemone_models::bundle::BundleError;
+use anemone_models::encoder::ane::{hidden_rows, host_inputs, names};
+use anemone_models::encoder::bundle::{bundle_kind, EncoderBundle};
+use anemone_models::encoder::{
+    open_encoder, Buckets, EncoderError, EncoderReference, EncoderTokenizer, Pooling,
+};
+use anemone_models::families::ModelKind;
+
+#[derive(Debug, thiserror::Error)]
+pub enum EncoderRunError {
+    #[error(transparent)]
+    Encoder(#[from] EncoderError),
+    #[error(transparent)]
+    Bundle(#[from] BundleError),
+    #[error(transparent)]
+    Exec(#[from] anemone_exec::ExecError),
+    #[error(transparent)]
+    Tensor(#[from] anemone_backend::TensorError),
+    #[error("{}: {problem}", path.display())]
+    Kind {
+        path: std::path::PathBuf,
+        problem: String,
+    },
+    #[error("{}: output `{output}` missing from the executor's results", path.display())]
+    Output {
+        path: std::path::PathBuf,
+        output: String,
+    },
+}
+
+pub type Result<T, E = EncoderRunError> = std::result::Result<T, E>;
+
+/// One input's result.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Embedded {
+    pub index: usize,
+    pub tokens: usize,
+    /// The length bucket it ran in (`None` for the reference, which runs the input's own
+    /// length).
+    pub bucket: Option<usize>,
+    pub embedding: Vec<f32>,
+    /// Classification logits and softmax probabilities (models with a head).
+    pub logits: Option<Vec<f32>>,
+    pub probabilities: Option<Vec<f32>>,
+}
+
+enum Engine {
+    Reference(Box<EncoderReference>),
+    Bundle {
+        bundle: Box<EncoderBundle>,
+        package: LoadedPackage,
+        buckets: Buckets,
+    },
+}
+
+/// An encoder ready to run.
+pub struct Encoder {
+    engine: Engine,
+    tokenizer: Option<EncoderTokenizer>,
+    /// What it runs, for reports (`reference fp32` / `executor fp16`).
+    pub description: String,
+}
+
+impl Encoder {
+    /// A bundle directory (has `anemone.json`) runs on the executor in `precision`; anything
+    /// else is opened as a Hugging Face encoder checkpoint and runs the reference.
+    pub fn open(path: &Path, precision: ExecPrecision) -> Result<Self> {
+        if path.join(anemone_models::bundle::MANIFEST_FILE).is_file() {
+            match bundle_kind(path)? {
+                ModelKind::Encoder => Self::open_bundle(path, precision),
+                ModelKind::Decoder => Err(EncoderRunError::Kind {
+                    path: path.to_path_buf(),
+                    problem: "is a decoder bundle; embed/classify need an encoder bundle (use `anemone generate` for decoders)".into(),
+                }),
+            }
+        } else {
+            Self::open_reference(path)
+        }
+    }
+
+    pub fn open_reference(path: &Path) -> Result<Self> {
+        let ck = open_encoder(path)?;
+        let tokenizer = ck.encoder_tokenizer().ok();
+        let reference = EncoderReference::load(&ck)?;
+        Ok(Encoder {
+            engine: Engine::Reference(Box::new(reference)),
+            tokenizer,
+            description: "reference fp32".into(),
+        })
+    }
+
+    pub fn open_bundle(path: &Path, precision: ExecPrecision) -> Result<Self> {
+        let bundle = EncoderBundle::open(path)?;
+        let package = LoadedPackage::load(&bundle.package_path(), precision)?;
+        let buckets = bundle.buckets()?;
+        let tokenizer = bundle.tokenizer.clone();
+        Ok(Encoder {
+            engine: Engine::Bundle {
+                bundle: Box::new(bundle),
+                package,
+                buckets,
+            },
+            tokenizer,
+            description: format!("executor {precision}"),
+        })
+    }
+
+    pub fn pooling(&self) -> &Pooling {
+        match &self.engine {
+            Engine::Reference(r) => &r.pooling,
+            Engine::Bundle { bundle, .. } => &bundle.manifest.pooling,
+        }
+    }
+
+    pub fn labels(&self) -> &[String] {
+        match &self.engine {
+            Engine::Reference(r) => &r.config.labels,
+            Engine::Bundle { bundle, .. } => &bundle.manifest.config.labels,
+        }
+    }
+
+    pub fn buckets(&self) -> Option<&Buckets> {
+        match &self.engine {
+            Engine::Reference(_) => None,
+            Engine::Bundle { buckets, .. } => Some(buckets),
+        }
+    }
+
+    /// Token ids of every text (errors name the input).
+    pub fn tokenize(&self, texts: &[String]) -> Result<Vec<Vec<u32>>> {
+        let tok = self.tokenizer.as_ref().ok_or(EncoderError::Tokenizer {
+            problem: "this model has no tokenizer.json".into(),
+        })?;
+        Ok(texts
+            .iter()
+            .enumerate()
+            .map(|(i, t)| tok.encode(i, t))
+            .collect::<Result<_, _>>()?)
+    }
+
+    /// Embeds token-id inputs: all are checked against the buckets first, then run grouped by
+    /// bucket.
+    pub fn embed_ids(&self, inputs: &[Vec<u32>]) -> Result<Vec<Embedded>> {
+        let counts: Vec<usize> = inputs.iter().map(|i| i.len()).collect();
+        let mut out: Vec<Option<Embedded>> = vec![None; inputs.len()];
+        match &self.engine {
+            Engine::Reference(r) => {
+                let max = r.config.max_tokens();
+                for (index, ids) in inputs.iter().enumerate() {
+                    if ids.len() > max {
+                        return Err(EncoderError::TooLong {
+                            index,
+                            tokens: ids.len(),
+                            largest: max,
+                        }
+                        .into());
+                    }
+                }
+                for (index, ids) in inputs.iter().enumerate() {
+                    let trace = r.forward(index, ids)?;
+                    let h = r.config.hidden_size;
+                    let logits = r.logits(&trace);
+                    out[index] = Some(self.finish(index, None, trace.last(), ids.len(), h, logits));
+                }
+            }
+            Engine::Bundle {
+                bundle,
+                package,
+                buckets,
+            } => {
+                for (bucket, members) in buckets.group(&counts)? {
+                    for index in members {
+                        let (last, h) =
+                            run_bundle(bundle, package, index, &inputs[index], bucket, None)?;
+                        let logits = bundle
+                            .weights_host
+                            .head
+                            .as_ref()
+                            .map(|head| head.logits(&last[..h]));
+                        out[index] = Some(self.finish(
+                            index,
+                            Some(bucket),
+                            &last,
+                            inputs[index].len(),
+                            h,
+                            logits,
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(out.into_iter().flatten().collect())
+    }
+
+    fn finish(
+        &self,
+        index: usize,
+        bucket: Option<usize>,
+        last: &[f32],
+        tokens: usize,
+        h: usize,
+        logits: Option<Vec<f32>>,
+    ) -> Embedded {
+        let probabilities = logits.as_ref().map(|l| softmax(l));
+        Embedded {
+            index,
+            tokens,
+            bucket,
+            embedding: self.pooling().apply(last, tokens, h),
+            logits,
+            probabilities,
+        }
+    }
+
+    /// The per-layer hidden states (`[tokens, hidden]` each: embeddings, then every layer) of
+    /// one input, and its bucket (`None` for the reference).
+    pub fn hidden_states(
+        &self,
+        index: usize,
+        ids: &[u32],
+    ) -> Result<(Option<usize>, Vec<Vec<f32>>)> {
+        match &self.engine {
+            Engine::Reference(r) => Ok((None, r.forward(index, ids)?.hidden_states)),
+            Engine::Bundle {
+                bundle,
+                package,
+                buckets,
+            } => {
+                let bucket = buckets.pick(index, ids.len())?;
+                let mut layers = Vec::new();
+                let (last, _) = run_bundle(bundle, package, index, ids, bucket, Some(&mut layers))?;
+                layers.push(last);
+                Ok((Some(bucket), layers))
+            }
+        }
+    }
+}
+
+/// Runs one input in `bucket`; returns the last hidden state rows and the hidden size.
+/// With `layers`, also collects the embedding norm and every layer's output but the last.
+fn run_bundle(
+    bundle: &EncoderBundle,
+    package: &LoadedPackage,
+    index: usize,
+    ids: &[u32],
+    bucket: usize,
+    layers: Option<&mut Vec<Vec<f32>>>,
+) -> Result<(Vec<f32>, usize)> {
+    let config = &bundle.manifest.config;
+    let h = config.hidden_size;
+    let embedded = bundle.embed_raw(index, ids)?;
+    let (x, mask) = host_inputs(config, &embedded, ids.len(), bucket);
+    let precision = package.precision();
+    let make = |shape: Vec<usize>, data: Vec<f32>| match precision {
+        ExecPrecision::Fp16 => Tensor::f16(shape, data),
+        ExecPrecision::Fp32 => Tensor::f32(shape, data),
+    };
+    let dtype_of = |name: &str| {
+        bundle
+            .manifest
+            .package
+            .functions
+            .iter()
+            .find(|f| f.name == names::function(bucket))
+            .and_then(|f| f.inputs.iter().find(|i| i.name == name))
+            .map(|i| i.dtype)
+    };
+    let tensor = |name: &str, shape: Vec<usize>, data: Vec<f32>| -> Result<Tensor> {
+        Ok(match dtype_of(name) {
+            Some(anemone_mil::DType::F32) => Tensor::f32(shape, data)?,
+            Some(_) | None => make(shape, data)?,
+        })
+    };
+    let mut inputs = HashMap::new();
+    inputs.insert(
+        names::EMBEDDINGS.to_string(),
+        tensor(names::EMBEDDINGS, vec![1, h, 1, bucket], x)?,
+    );
+    inputs.insert(
+        names::MASK.to_string(),
+        tensor(names::MASK, vec![1, 1, 1, bucket], mask)?,
+    );
+    let function = names::function(bucket);
+    let mut state = package.new_state(&function)?;
+    let outputs = match layers {
+        None => package.predict(&function, &inputs, &mut state)?,
+        Some(layers) => {
+            let wanted: Vec<String> = std::iter::once(names::EMBED_NORM.to_string())
+                .chain((0..config.num_hidden_layers.saturating_sub(1)).map(names::layer_out))
+                .collect();
+            let mut observer = |o: OpOutput<'_>| {
+                if wanted.iter().any(|w| w == o.value) {
+                    layers.push(hidden_rows(h, bucket, ids.len(), &o.tensor.data));
+                }
+            };
+            package.predict_observed(&function, &inputs, &mut state, &mut observer)?
+        }
+    };
+    let out = outputs
+        .get(names::HIDDEN_OUT)
+        .ok_or_else(|| EncoderRunError::Output {
+            path: bundle.package_path(),
+            output: names::HIDDEN_OUT.into(),
+        })?;
+    Ok((hidden_rows(h, bucket, ids.len(), &out.data), h))
+}
+
+/// Softmax in f64.
+pub fn softmax(logits: &[f32]) -> Vec<f32> {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let exps: Vec<f64> = logits.iter().map(|&l| (l as f64 - max).exp()).collect();
+    let sum: f64 = exps.iter().sum();
+    exps.iter().map(|e| (e / sum) as f32).collect()
+}
