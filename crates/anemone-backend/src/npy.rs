@@ -59,8 +59,24 @@ pub fn write_f32(path: &Path, shape: &[usize], data: &[f32]) -> Result<(), NpyEr
         path: path.to_path_buf(),
         source,
     };
-    let mut file = std::fs::File::create(path).map_err(io)?;
-    file.write_all(&bytes).map_err(io)
+    // Written beside the target and renamed over it: a full disk or a crash never leaves a
+    // truncated .npy where the old one (or nothing) was.
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+    let tmp = path.with_file_name(format!(
+        ".{}.tmp-{}",
+        name.as_deref().unwrap_or("npy"),
+        std::process::id()
+    ));
+    let written = (|| {
+        let mut file = std::fs::File::create(&tmp)?;
+        file.write_all(&bytes)?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written.map_err(io)
 }
 
 /// Reads a little-endian f32, C-order `.npy` file (versions 1–3).
@@ -156,5 +172,28 @@ mod tests {
         write_f32(&path, &[5], &data[..5]).unwrap();
         assert_eq!(read_f32(&path).unwrap().shape, vec![5]);
         assert!(write_f32(&path, &[2, 2], &data).is_err());
+    }
+}
+
+#[cfg(test)]
+mod atomic_write_tests {
+    use super::*;
+
+    #[test]
+    fn a_write_leaves_only_the_file_and_a_failed_one_leaves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("logits.npy");
+        write_f32(&path, &[2], &[1.0, 2.0]).unwrap();
+        write_f32(&path, &[3], &[1.0, 2.0, 3.0]).unwrap();
+        assert_eq!(read_f32(&path).unwrap().data, [1.0, 2.0, 3.0]);
+        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(names.len(), 1, "temp files left: {names:?}");
+        // a directory in the way: the rename fails, the temp file goes
+        let blocked = dir.path().join("blocked.npy");
+        std::fs::create_dir(&blocked).unwrap();
+        std::fs::write(blocked.join("x"), b"").unwrap();
+        assert!(write_f32(&blocked, &[1], &[1.0]).is_err());
+        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(names.len(), 2, "temp files left: {names:?}");
     }
 }

@@ -67,6 +67,9 @@ pub enum MilError {
     /// A package directory problem (manifest, layout, existing output).
     #[error("package {}: {detail}", path.display())]
     Package { path: PathBuf, detail: String },
+    /// An output that cannot be staged or put in place (exists, not ours, busy).
+    #[error(transparent)]
+    Staging(#[from] crate::staging::StagingError),
     /// An I/O failure on a named path.
     #[error("{}: {source}", path.display())]
     Io {

@@ -79,7 +79,7 @@ pub use ir::program::{Function, Operation, Program, ValueInfo, Var};
 pub use ir::signature::{arg, param_const_name, OpKind, Presence, Signature, Slot};
 pub use ir::tensor::TensorData;
 pub use ir::types::{DType, Precision, SpecVersion, TensorType, ValueType};
-pub use package::{read_package, write_package, PackageSummary, WriteOptions};
+pub use package::{is_package_dir, read_package, write_package, PackageSummary, WriteOptions};
 pub use print::{print_function, print_program};
 pub use read::read_model_proto;
 pub use valid::infer::broadcast_shapes;

@@ -1,7 +1,7 @@
 //! `.mlpackage` directories: `Manifest.json`, `Data/com.apple.CoreML/model.mlmodel` and
 //! `Data/com.apple.CoreML/weights/weight.bin`. Writes are deterministic (UUIDs derived from
-//! content) and atomic (temp dir, then rename); an existing package is kept unless overwriting
-//! is asked for.
+//! content) and atomic (built beside the target under a writer lock, then swapped in); an
+//! existing package is kept unless overwriting is asked for, and then only a package is replaced.
 
 use std::collections::HashMap;
 use std::fs;
@@ -14,6 +14,7 @@ use crate::blob::{BlobFile, BlobWriter};
 use crate::error::{io_err, MilError, Result};
 use crate::ir::program::Program;
 use crate::read::read_model_proto;
+use crate::staging::{ReplacePolicy, Staging};
 use crate::write::write_model_with_blob;
 
 const MODEL_REL: &str = "Data/com.apple.CoreML/model.mlmodel";
@@ -138,53 +139,28 @@ fn write_into(program: &Program, dir: &Path) -> Result<PackageSummary> {
     })
 }
 
-/// Verifies and writes `program` as an `.mlpackage` directory at `path`.
+/// Whether `path` is a package anemone could have written: a directory with `Manifest.json`.
+pub fn is_package_dir(path: &Path) -> bool {
+    path.join("Manifest.json").is_file()
+}
+
+/// Verifies and writes `program` as an `.mlpackage` directory at `path`: built beside it under a
+/// writer lock and swapped in whole ([`crate::staging`]). With `overwrite`, only a package
+/// (a directory with `Manifest.json`) or an empty directory is replaced.
 pub fn write_package(
     program: &Program,
     path: &Path,
     opts: &WriteOptions,
 ) -> Result<PackageSummary> {
-    let exists = path.symlink_metadata().is_ok();
-    if exists && !opts.overwrite {
-        return Err(MilError::Package {
-            path: path.to_path_buf(),
-            detail: "already exists (pass overwrite to replace it)".into(),
-        });
-    }
-    let parent = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
+    let policy = ReplacePolicy {
+        force: opts.overwrite,
+        is_ours: &is_package_dir,
+        inputs: &[],
     };
-    let file_name = path.file_name().ok_or_else(|| MilError::Package {
-        path: path.to_path_buf(),
-        detail: "has no file name".into(),
-    })?;
-    fs::create_dir_all(&parent).map_err(io_err(&parent))?;
-    let tmp = parent.join(format!(
-        ".{}.tmp-{}",
-        file_name.to_string_lossy(),
-        std::process::id()
-    ));
-    if tmp.exists() {
-        fs::remove_dir_all(&tmp).map_err(io_err(&tmp))?;
-    }
-    let written = write_into(program, &tmp);
-    let mut summary = match written {
-        Ok(s) => s,
-        Err(e) => {
-            let _ = fs::remove_dir_all(&tmp);
-            return Err(e);
-        }
-    };
-    if exists {
-        let meta = path.symlink_metadata().map_err(io_err(path))?;
-        if meta.is_dir() {
-            fs::remove_dir_all(path).map_err(io_err(path))?;
-        } else {
-            fs::remove_file(path).map_err(io_err(path))?;
-        }
-    }
-    fs::rename(&tmp, path).map_err(io_err(path))?;
+    let staging = Staging::begin(path, &policy)?;
+    // On an error the staging is dropped, which removes its partial directory.
+    let mut summary = write_into(program, staging.path())?;
+    staging.commit(&policy)?;
     summary.path = path.to_path_buf();
     Ok(summary)
 }

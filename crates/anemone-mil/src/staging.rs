@@ -100,7 +100,12 @@ pub fn remove_registered() -> Vec<PathBuf> {
         Err(_) => return Vec::new(),
     };
     list.into_iter()
-        .filter(|p| fs::remove_dir_all(p).is_ok())
+        .filter(|p| {
+            let removed = fs::remove_dir_all(p).is_ok();
+            // The process exits next, which releases the lock; its file goes first.
+            let _ = fs::remove_file(p.with_extension("anemone-lock"));
+            removed
+        })
         .collect()
 }
 

@@ -153,7 +153,13 @@ fn refuses_to_overwrite_unless_asked() {
     write_package(&common::conv_program(), &path, &WriteOptions::default()).unwrap();
     let before = files(&path);
     let e = write_package(&common::encoder_program(), &path, &WriteOptions::default()).unwrap_err();
-    assert!(matches!(e, MilError::Package { .. }), "{e:?}");
+    assert!(
+        matches!(
+            e,
+            MilError::Staging(anemone_mil::staging::StagingError::Exists { .. })
+        ),
+        "{e:?}"
+    );
     assert_eq!(
         files(&path),
         before,
@@ -296,4 +302,29 @@ fn corrupted_bytes_never_panic() {
         });
         assert!(r.is_ok(), "panic on model truncated to {n} bytes");
     }
+}
+
+#[test]
+fn overwrite_replaces_only_a_package() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.mlpackage");
+    std::fs::create_dir(&path).unwrap();
+    std::fs::write(path.join("notes.txt"), "mine").unwrap();
+    let e = write_package(
+        &common::conv_program(),
+        &path,
+        &WriteOptions { overwrite: true },
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("not an output of anemone"), "{e}");
+    assert_eq!(
+        std::fs::read_to_string(path.join("notes.txt")).unwrap(),
+        "mine"
+    );
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(leftovers.len(), 1, "debris left behind: {leftovers:?}");
 }

@@ -2,6 +2,7 @@
 //! the manifest describes and hashes what was written, output is reproducible, existing output
 //! is refused, bad options are named.
 
+use anemone_mil::staging::StagingError;
 use std::path::Path;
 
 use anemone_models::ane::{
@@ -159,13 +160,24 @@ fn existing_output_is_refused_without_force() {
     let mut opts = options(1, StateLayout::Unified);
     let model = oracle_fixture("qwen3_gqa4");
     let err = run(&model, &out, &opts).unwrap_err();
-    assert!(matches!(err, BundleError::Exists { .. }), "{err}");
+    assert!(
+        matches!(err, BundleError::Staging(StagingError::Exists { .. })),
+        "{err}"
+    );
     assert!(err.to_string().contains("--force"), "{err}");
     assert_eq!(std::fs::read(out.join("keep.txt")).unwrap(), b"mine");
     opts.force = true;
+    // --force replaces a bundle or an empty directory, never a directory of the user's
+    let err = run(&model, &out, &opts).unwrap_err();
+    assert!(
+        matches!(err, BundleError::Staging(StagingError::NotOurs { .. })),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(out.join("keep.txt")).unwrap(), b"mine");
+    std::fs::remove_file(out.join("keep.txt")).unwrap();
     run(&model, &out, &opts).unwrap();
-    assert!(!out.join("keep.txt").exists());
     assert!(out.join("anemone.json").is_file());
+    run(&model, &out, &opts).unwrap();
     // no temp dirs left next to it
     let leftovers: Vec<_> = std::fs::read_dir(dir.path())
         .unwrap()

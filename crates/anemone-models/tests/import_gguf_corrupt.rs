@@ -200,3 +200,33 @@ fn scattered_byte_flips_never_panic() {
         let _ = open_bytes(&b);
     }
 }
+
+fn get_u64(bytes: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap())
+}
+
+#[test]
+fn overlapping_tensor_data_is_corrupt_and_names_both_tensors() {
+    let (bytes, layout) = valid();
+    // blk.0.attn_q.weight made to start where token_embd.weight's data is
+    let embd = get_u64(&bytes, layout.tensor_offset_at["token_embd.weight"]);
+    let mut b = bytes.clone();
+    put_u64(
+        &mut b,
+        layout.tensor_offset_at["blk.0.attn_q.weight"],
+        embd + 64,
+    );
+    expect_corrupt(&b, "overlaps tensor `token_embd.weight`");
+    expect_corrupt(&b, "`blk.0.attn_q.weight`");
+}
+
+#[test]
+fn a_changed_ggml_type_that_still_fits_is_corrupt_and_named() {
+    let (bytes, layout) = valid();
+    // F32 -> F16: half the bytes, so the file still holds it, but the layout gives it away
+    let mut b = bytes.clone();
+    let at = layout.tensor_type_at["blk.0.attn_q.weight"];
+    b[at..at + 4].copy_from_slice(&1u32.to_le_bytes());
+    expect_corrupt(&b, "tensor `blk.0.attn_q.weight` (F16");
+    expect_corrupt(&b, "type or shape disagrees with its data");
+}

@@ -129,6 +129,26 @@ fn features_we_do_not_implement_are_refused_by_field() {
         ("attention_bias", json!(true), "attention_bias"),
         ("mlp_bias", json!(true), "mlp_bias"),
         ("hidden_act", json!("gelu"), "hidden_act"),
+        ("partial_rotary_factor", json!(0.5), "partial_rotary_factor"),
+        (
+            "rope_parameters",
+            json!({"rope_type": "default", "partial_rotary_factor": 0.25}),
+            "rope_parameters.partial_rotary_factor",
+        ),
+        ("rotary_dim", json!(2), "rotary_dim"),
+        (
+            "final_logit_softcapping",
+            json!(30.0),
+            "final_logit_softcapping",
+        ),
+        (
+            "attn_logit_softcapping",
+            json!(50.0),
+            "attn_logit_softcapping",
+        ),
+        ("residual_multiplier", json!(0.22), "residual_multiplier"),
+        ("logits_scaling", json!(8.0), "logits_scaling"),
+        ("mrope_section", json!([16, 24, 24]), "mrope_section"),
     ];
     for (field, value, named) in cases {
         let err = config_err(|c| {
@@ -146,6 +166,9 @@ fn features_we_do_not_implement_are_refused_by_field() {
     c.insert("use_sliding_window".into(), json!(false));
     c.insert("sliding_window".into(), json!(4096));
     c.insert("rope_parameters".into(), json!({"rope_type": "default"}));
+    c.insert("partial_rotary_factor".into(), json!(1.0));
+    c.insert("final_logit_softcapping".into(), json!(null));
+    c.insert("embedding_multiplier".into(), json!(1.0));
     dir.write_config(&config);
     anemone_models::open_checkpoint(dir.path()).unwrap();
 }

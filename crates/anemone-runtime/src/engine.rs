@@ -178,15 +178,18 @@ pub enum EngineError {
 impl Engine {
     /// Loads a bundle (a directory with `anemone.json`) on `choice`, or a checkpoint (Hugging
     /// Face directory or GGUF file) for the fp32 reference forward with `choice.threads`.
-    /// `kv_memory`: bytes of kept sessions (0 turns prefix reuse off).
+    /// `kv_memory`: bytes of kept sessions (0 turns prefix reuse off). `verify_hashes`: check a
+    /// bundle's files against its manifest first.
     pub fn open(
         path: &Path,
         choice: &BackendChoice,
         kv_memory: usize,
+        verify_hashes: bool,
     ) -> Result<Self, EngineError> {
         if path.join(anemone_models::bundle::MANIFEST_FILE).is_file() {
             let options = PipelineOptions {
                 host_threads: choice.threads,
+                verify_hashes,
                 ..PipelineOptions::default()
             };
             let bundle = |source: PipelineError| EngineError::Bundle {

@@ -22,6 +22,7 @@ enum Command {
     Convert(cmd::convert::ConvertArgs),
     Inspect(cmd::inspect::InspectArgs),
     Gate(cmd::gate::GateArgs),
+    Clean(cmd::clean::CleanArgs),
     Bisect(cmd::bisect::BisectArgs),
     Doctor(cmd::doctor::DoctorArgs),
     #[command(hide = true)]
@@ -34,6 +35,7 @@ enum Command {
 
 fn main() -> ExitCode {
     restore_default_sigpipe();
+    clean_up_on_termination();
     let cli = Cli::parse();
     init_logging(cli.verbose);
     let result = match cli.command {
@@ -41,6 +43,7 @@ fn main() -> ExitCode {
         Command::Convert(args) => cmd::convert::run(args),
         Command::Inspect(args) => cmd::inspect::run(args),
         Command::Gate(args) => cmd::gate::run(args),
+        Command::Clean(args) => cmd::clean::run(args),
         Command::Bisect(args) => cmd::bisect::run(args),
         Command::Doctor(args) => cmd::doctor::run(args),
         Command::BisectChild(args) => cmd::bisect_child::run(args),
@@ -60,12 +63,37 @@ fn main() -> ExitCode {
 
 /// Rust ignores SIGPIPE, so `anemone inspect … | head` would panic on the closed pipe. A command
 /// line tool ends quietly instead, like every other Unix filter. Outputs are still never left
-/// half-written: bundles are built in a temp dir and renamed into place only when complete.
+/// half-written: bundles are built in a partial dir and swapped into place only when complete.
 fn restore_default_sigpipe() {
     #[cfg(unix)]
     // SAFETY: called first thing in main, before any thread exists; SIG_DFL is a valid handler.
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
+/// On SIGINT or SIGTERM, the partial outputs this process is writing are removed before it
+/// exits with 128 + the signal's number (130, 143), as a shell reports it. SIGKILL cannot be
+/// caught: its debris is removed by the next writer of the directory, or `anemone clean`.
+fn clean_up_on_termination() {
+    #[cfg(unix)]
+    {
+        use signal_hook::consts::{SIGINT, SIGTERM};
+        let mut signals = match signal_hook::iterator::Signals::new([SIGINT, SIGTERM]) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("cannot install the SIGINT/SIGTERM handler: {e}");
+                return;
+            }
+        };
+        std::thread::spawn(move || {
+            if let Some(signal) = signals.forever().next() {
+                for path in anemone_mil::staging::remove_registered() {
+                    eprintln!("interrupted: removed {}", path.display());
+                }
+                std::process::exit(128 + signal);
+            }
+        });
     }
 }
 

@@ -244,12 +244,72 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<Parsed> {
             }
         }
     }
+    check_data_layout(&c, &tensors, data_start, alignment, bytes.len() as u64)?;
     Ok(Parsed {
         version,
         alignment,
         metadata,
         tensors,
     })
+}
+
+/// GGUF writers lay tensor data out back to back, each padded to the alignment. Overlapping
+/// tensors are corrupt; a gap of an alignment or more after a tensor (or at the end of the
+/// file) means its ggml type or shape disagrees with the bytes written for it, e.g. a changed
+/// type id that happens to still fit in the file.
+fn check_data_layout(
+    c: &Cursor<'_>,
+    tensors: &[TensorDesc],
+    data_start: u64,
+    alignment: u64,
+    file_len: u64,
+) -> Result<()> {
+    let mut order: Vec<&TensorDesc> = tensors.iter().collect();
+    order.sort_by_key(|t| (t.start, t.byte_len));
+    let span = |t: &TensorDesc| {
+        format!(
+            "`{}` ({} {:?}, data bytes {}..{})",
+            t.name,
+            t.ggml_type.name(),
+            t.ne,
+            t.start as u64 - data_start,
+            (t.start + t.byte_len) as u64 - data_start
+        )
+    };
+    let size_disagrees = |t: &TensorDesc, gap: u64, next: &str| {
+        c.corrupt(format!(
+            "tensor {}: its type and shape give {} bytes, but {gap} unused bytes follow it              before {next}; the tensor's type or shape disagrees with its data",
+            span(t),
+            t.byte_len
+        ))
+    };
+    if let Some(first) = order.first() {
+        let lead = first.start as u64 - data_start;
+        if lead >= alignment {
+            return Err(c.corrupt(format!(
+                "tensor {}: the data section's first {lead} bytes belong to no tensor",
+                span(first)
+            )));
+        }
+    }
+    for pair in order.windows(2) {
+        let (a, b) = (pair[0], pair[1]);
+        let a_end = (a.start + a.byte_len) as u64;
+        if (b.start as u64) < a_end {
+            return Err(c.corrupt(format!("tensor {} overlaps tensor {}", span(b), span(a))));
+        }
+        let gap = b.start as u64 - a_end;
+        if gap >= alignment {
+            return Err(size_disagrees(a, gap, &format!("tensor `{}`", b.name)));
+        }
+    }
+    if let Some(last) = order.last() {
+        let gap = file_len - (last.start + last.byte_len) as u64;
+        if gap >= alignment {
+            return Err(size_disagrees(last, gap, "the end of the file"));
+        }
+    }
+    Ok(())
 }
 
 fn align_up(x: u64, alignment: u64) -> Option<u64> {

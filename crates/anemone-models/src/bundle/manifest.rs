@@ -124,6 +124,20 @@ pub struct FileHash {
 
 impl Manifest {
     /// Relative paths of every package (chunks, then the LM head).
+    /// The function signatures the manifest declares for the package at `rel`.
+    pub fn declared_functions(&self, rel: &str) -> Option<&[crate::ane::FunctionSignature]> {
+        self.chunks
+            .iter()
+            .find(|c| c.path == rel)
+            .map(|c| c.functions.as_slice())
+            .or_else(|| {
+                self.lm_head
+                    .as_ref()
+                    .filter(|l| l.path == rel)
+                    .map(|l| l.functions.as_slice())
+            })
+    }
+
     pub fn package_paths(&self) -> Vec<&str> {
         self.chunks
             .iter()

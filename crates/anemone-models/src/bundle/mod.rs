@@ -10,8 +10,11 @@ pub use manifest::{
     ChunkEntry, Conversion, FileHash, HostEntry, LmHeadEntry, Manifest, TokenizerEntry, ToolInfo,
     CHAT_TEMPLATE_FILE, CHUNKS_DIR, HOST_FILE, MANIFEST_FILE, SCHEMA_VERSION, TOKENIZER_FILE,
 };
-pub use read::{read_manifest, verify_files, FileCheck};
-pub use writer::{convert, ConvertOptions, ConvertSummary, Progress};
+pub use read::{
+    is_os_metadata, read_manifest, signature_mismatches, verify_bundle, verify_files, FileCheck,
+    Verification,
+};
+pub use writer::{convert, is_bundle_dir, ConvertOptions, ConvertSummary, Progress};
 
 use std::path::PathBuf;
 
@@ -20,8 +23,6 @@ use crate::ane::AneError;
 /// Errors writing or reading a bundle; each names the path or the step it is about.
 #[derive(Debug, thiserror::Error)]
 pub enum BundleError {
-    #[error("{}: already exists (pass --force to replace it)", path.display())]
-    Exists { path: PathBuf },
     #[error("{}: {problem}", path.display())]
     Layout { path: PathBuf, problem: String },
     #[error("{}: {source}", path.display())]
@@ -42,6 +43,8 @@ pub enum BundleError {
     Safetensors { path: PathBuf, problem: String },
     #[error("tokenizer: {problem}")]
     Tokenizer { problem: String },
+    #[error(transparent)]
+    Staging(#[from] anemone_mil::staging::StagingError),
     #[error(transparent)]
     Ane(#[from] AneError),
     #[error(transparent)]

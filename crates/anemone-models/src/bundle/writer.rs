@@ -1,12 +1,15 @@
 //! Writes a bundle: host weights, tokenizer, one package per chunk (streamed one layer at a time),
 //! the optional LM-head package, and the manifest with every file's sha256. Everything goes into
-//! a temporary directory next to the destination, renamed into place at the end.
+//! a partial directory beside the destination under a writer lock, swapped in whole at the end
+//! ([`anemone_mil::staging`]); `--force` replaces only a bundle or an empty directory, never one
+//! holding an input.
 
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
 use anemone_checkpoint::Checkpoint;
+use anemone_mil::staging::{remove_stale, ReplacePolicy, Staging};
 use anemone_mil::{write_package, WriteOptions};
 
 use super::host::write_host_file;
@@ -69,52 +72,51 @@ pub fn convert(
     options.chunk.validate(config.max_position_embeddings)?;
     crate::families::validate_checkpoint(checkpoint)?;
     let plan = plan_chunks(config, options.sizing, options.chunk.precision)?;
-    if out.symlink_metadata().is_ok() && !options.force {
-        return Err(BundleError::Exists {
-            path: out.to_path_buf(),
-        });
-    }
-    let parent = match out.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
+    let inputs: Vec<&Path> = checkpoint
+        .source_paths
+        .iter()
+        .map(PathBuf::as_path)
+        .collect();
+    let policy = ReplacePolicy {
+        force: options.force,
+        is_ours: &is_bundle_dir,
+        inputs: &inputs,
     };
-    let name = out.file_name().ok_or_else(|| BundleError::Layout {
-        path: out.to_path_buf(),
-        problem: "has no file name".into(),
-    })?;
-    fs::create_dir_all(&parent).map_err(io(&parent))?;
-    let tmp = parent.join(format!(
-        ".{}.tmp-{}",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
-    if tmp.exists() {
-        fs::remove_dir_all(&tmp).map_err(io(&tmp))?;
-    }
-    fs::create_dir_all(tmp.join(CHUNKS_DIR)).map_err(io(&tmp))?;
-    let written = write_bundle(checkpoint, &tmp, &plan, options, compressor, progress);
-    let manifest = match written {
-        Ok(m) => m,
-        Err(e) => {
-            let _ = fs::remove_dir_all(&tmp);
-            return Err(e);
-        }
-    };
-    if out.symlink_metadata().is_ok() {
-        let meta = out.symlink_metadata().map_err(io(out))?;
-        if meta.is_dir() {
-            fs::remove_dir_all(out).map_err(io(out))?;
-        } else {
-            fs::remove_file(out).map_err(io(out))?;
-        }
-    }
-    fs::rename(&tmp, out).map_err(io(out))?;
+    let staging = Staging::begin(out, &policy)?;
+    remove_stale_beside(out);
+    let dir = staging.path();
+    fs::create_dir_all(dir.join(CHUNKS_DIR)).map_err(io(dir))?;
+    // On an error the staging is dropped, which removes its partial directory.
+    let manifest = write_bundle(checkpoint, dir, &plan, options, compressor, progress)?;
+    staging.commit(&policy)?;
     let total_bytes = manifest.files.values().map(|f| f.bytes).sum();
     Ok(ConvertSummary {
         out: out.to_path_buf(),
         manifest,
         total_bytes,
     })
+}
+
+/// Whether `path` is a bundle anemone could have written: a directory with `anemone.json`.
+pub fn is_bundle_dir(path: &Path) -> bool {
+    path.join(MANIFEST_FILE).is_file()
+}
+
+/// Removes the partial outputs of dead writers beside `out` (kill -9, power loss); a failure
+/// only warns, it is not this conversion's business.
+fn remove_stale_beside(out: &Path) {
+    let parent = match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    match remove_stale(parent) {
+        Ok(removed) => {
+            for path in removed {
+                tracing::warn!("removed {} left by an interrupted run", path.display());
+            }
+        }
+        Err(e) => tracing::warn!("cannot clean stale partial outputs: {e}"),
+    }
 }
 
 /// The config's consistency ([`DecoderConfig::validate`](anemone_checkpoint::DecoderConfig::validate))
@@ -272,8 +274,7 @@ fn write_contents(
         message: "hashing".into(),
     });
 
-    let mut files = BTreeMap::new();
-    hash_tree(dir, dir, &known, &mut files)?;
+    let (files, _) = hash_tree(dir, &known)?;
     let manifest = Manifest {
         schema_version: SCHEMA_VERSION,
         tool: ToolInfo {

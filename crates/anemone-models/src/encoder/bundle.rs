@@ -8,6 +8,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use anemone_checkpoint::SourceFile;
+use anemone_mil::staging::{ReplacePolicy, Staging};
 use anemone_mil::{write_package, WriteOptions};
 use half::f16;
 use safetensors::tensor::TensorView;
@@ -98,40 +99,16 @@ pub fn convert_encoder(
     options: &EncoderConvertOptions,
 ) -> Result<EncoderManifest, BundleError> {
     let buckets = Buckets::new(&options.lengths, ck.config.max_tokens()).map_err(encoder_error)?;
-    if out.symlink_metadata().is_ok() && !options.force {
-        return Err(BundleError::Exists {
-            path: out.to_path_buf(),
-        });
-    }
-    let parent = match out.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
+    let inputs: Vec<&Path> = ck.source_paths.iter().map(PathBuf::as_path).collect();
+    let policy = ReplacePolicy {
+        force: options.force,
+        is_ours: &crate::bundle::is_bundle_dir,
+        inputs: &inputs,
     };
-    let name = out.file_name().ok_or_else(|| BundleError::Layout {
-        path: out.to_path_buf(),
-        problem: "has no file name".into(),
-    })?;
-    fs::create_dir_all(&parent).map_err(io(&parent))?;
-    let tmp = parent.join(format!(
-        ".{}.tmp-{}",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
-    if tmp.exists() {
-        fs::remove_dir_all(&tmp).map_err(io(&tmp))?;
-    }
-    fs::create_dir_all(&tmp).map_err(io(&tmp))?;
-    let manifest = match write_contents(ck, &tmp, &buckets, options) {
-        Ok(m) => m,
-        Err(e) => {
-            let _ = fs::remove_dir_all(&tmp);
-            return Err(e);
-        }
-    };
-    if out.symlink_metadata().is_ok() {
-        fs::remove_dir_all(out).map_err(io(out))?;
-    }
-    fs::rename(&tmp, out).map_err(io(out))?;
+    let staging = Staging::begin(out, &policy)?;
+    // On an error the staging is dropped, which removes its partial directory.
+    let manifest = write_contents(ck, staging.path(), &buckets, options)?;
+    staging.commit(&policy)?;
     Ok(manifest)
 }
 
@@ -172,8 +149,7 @@ fn write_contents(
         }
         None => None,
     };
-    let mut files = BTreeMap::new();
-    hash_tree(dir, dir, &BTreeMap::new(), &mut files)?;
+    let (files, _) = hash_tree(dir, &BTreeMap::new())?;
     let manifest = EncoderManifest {
         schema_version: SCHEMA_VERSION,
         kind: KIND.into(),

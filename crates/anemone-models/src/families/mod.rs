@@ -231,6 +231,14 @@ pub fn open_checkpoint(path: impl AsRef<Path>) -> Result<Checkpoint> {
         open_hf_dir(path)
     } else if path.is_file() {
         open_gguf_file(path)
+    } else if path.symlink_metadata().is_ok() {
+        // a device, FIFO or socket (e.g. /dev/null): it exists, it is just not a checkpoint
+        Err(CheckpointError::Unsupported {
+            path: path.to_path_buf(),
+            what: "not a regular file or a directory (a device, FIFO or socket); expected a \
+                   .gguf file or a Hugging Face checkpoint directory"
+                .into(),
+        })
     } else {
         Err(CheckpointError::NotFound {
             path: path.to_path_buf(),

@@ -53,6 +53,10 @@ pub struct BenchArgs {
     pub backend: Vec<BackendKind>,
     #[command(flatten)]
     pub coreml: super::CoreMlArgs,
+    /// Bundles only: skip checking the bundle's files against the manifest's sha256 (for a
+    /// bundle checked already, e.g. by `anemone inspect`).
+    #[arg(long)]
+    pub no_verify: bool,
     /// Bundles: the executor's arithmetic (default: the bundle's precision).
     #[arg(long)]
     pub precision: Option<Precision>,
@@ -110,7 +114,7 @@ fn run_local(args: &BenchArgs, path: &Path) -> Result<()> {
     for kind in kinds {
         let choice = args.coreml.choice(kind, precision, args.threads);
         let started = Instant::now();
-        let engine = Engine::open(path, &choice, 0)
+        let engine = Engine::open(path, &choice, 0, !args.no_verify)
             .with_context(|| format!("loading {}", path.display()))?;
         let load_s = started.elapsed().as_secs_f64();
         let vocab = engine.vocab_size() as u32;

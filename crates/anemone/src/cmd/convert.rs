@@ -20,8 +20,11 @@ use super::compress_opts::CompressArgs;
 /// The bundle holds anemone.json (manifest with provenance and file hashes), host.safetensors
 /// (embedding, final norm, LM head unless packaged), tokenizer.json + chat template, and
 /// chunks/chunk-XX.mlpackage (decode and prefill functions sharing weights, KV cache in state).
-/// It is written to a temporary directory and renamed into place; identical inputs give
-/// identical bytes.
+/// It is written to .NAME.anemone-partial beside --out under a writer lock (.NAME.anemone-lock)
+/// and swapped into place whole; identical inputs give identical bytes. --force replaces only a
+/// bundle (a directory with anemone.json) or an empty directory, never one holding the input.
+/// Ctrl-C/SIGTERM remove the partial output; debris of a killed run is removed by the next
+/// convert into the same directory, or by `anemone clean`.
 ///
 /// Examples:
 ///   anemone convert models/smollm2-135m-instruct.Q4_1.gguf --out smollm2.bundle
@@ -77,12 +80,12 @@ pub struct ConvertArgs {
     #[command(flatten)]
     pub compression: CompressArgs,
 
-    /// Replace an existing bundle at --out.
     /// Encoders: the length buckets (one function each); every input runs in the smallest one
     /// holding it, longer inputs are refused.
     #[arg(long, value_delimiter = ',', default_value = "32,128,512")]
     pub lengths: Vec<usize>,
 
+    /// Replace an existing bundle at --out (only a bundle or an empty directory).
     #[arg(long)]
     pub force: bool,
 
@@ -133,7 +136,15 @@ pub fn run(args: ConvertArgs) -> Result<()> {
         ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} {msg}")
             .expect("progress template is valid"),
     );
+    // A test knob: the signal and concurrency tests need a conversion that is still writing.
+    let step_delay = std::env::var("ANEMONE_DEBUG_STEP_DELAY_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map(std::time::Duration::from_millis);
     let summary = convert(&checkpoint, &args.out, &options, hook, &mut |p| {
+        if let Some(delay) = step_delay {
+            std::thread::sleep(delay);
+        }
         bar.set_length(p.total as u64);
         bar.set_position(p.done as u64);
         bar.set_message(format!("{}{compressing}", p.message));

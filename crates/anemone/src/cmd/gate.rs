@@ -123,6 +123,9 @@ pub fn run(args: GateArgs) -> Result<()> {
         near_tie: args.near_tie,
     };
     options.validate()?;
+    if let Some(path) = &args.plot {
+        check_writable(path)?;
+    }
     let given = match &args.prompts {
         Some(path) => gate::read_prompts(path)?,
         None => gate::default_prompts(),
@@ -343,6 +346,25 @@ fn truncate(s: &str, n: usize) -> String {
     } else {
         format!("{}…", s.chars().take(n).collect::<String>())
     }
+}
+
+/// Fails before the gate runs when `path` cannot be written (a missing or read-only
+/// directory), by creating and removing a probe file beside it.
+fn check_writable(path: &std::path::Path) -> Result<()> {
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => std::path::Path::new("."),
+    };
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+    let probe = parent.join(format!(
+        ".{}.probe-{}",
+        name.as_deref().unwrap_or("plot"),
+        std::process::id()
+    ));
+    std::fs::File::create(&probe)
+        .with_context(|| format!("--plot {}: cannot write there", path.display()))?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
 }
 
 fn write_plot(

@@ -101,6 +101,11 @@ pub struct GenerateArgs {
 
     #[command(flatten)]
     pub coreml: super::CoreMlArgs,
+
+    /// Bundles only: skip checking the bundle's files against the manifest's sha256 (for a
+    /// bundle checked already, e.g. by `anemone inspect`).
+    #[arg(long)]
+    pub no_verify: bool,
 }
 
 #[derive(serde::Serialize)]
@@ -247,7 +252,7 @@ fn run_bundle(args: &GenerateArgs) -> Result<()> {
     ));
     let options = PipelineOptions {
         host_threads: args.threads,
-        ..PipelineOptions::default()
+        verify_hashes: !args.no_verify,
     };
     let task = GenerateFromBundle {
         args,

@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 use anemone_compress::{CompressionRecord, CompressionSummary};
 use anemone_mil::{read_package, BlobFile};
 use anemone_models::ane::{lint_program, Finding, FunctionSignature, Severity};
-use anemone_models::bundle::{read_manifest, verify_files, FileCheck, Manifest, MANIFEST_FILE};
+use anemone_models::bundle::{
+    read_manifest, signature_mismatches, verify_bundle, FileCheck, Manifest, MANIFEST_FILE,
+};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde::Serialize;
@@ -37,6 +39,10 @@ pub struct InspectArgs {
     #[arg(long)]
     pub json: bool,
 
+    /// Skip checking a bundle's files against the manifest's sha256.
+    #[arg(long)]
+    pub no_verify: bool,
+
     /// Instead of the package report: Core ML's compute plan (MLComputePlan, macOS 14.4+) of
     /// every function of every chunk: each op's preferred and supported devices and estimated
     /// cost, the Neural Engine's share of the cost per chunk and in total, the ops off it by type.
@@ -60,6 +66,8 @@ struct Report {
     /// Per tensor group: scheme, reconstruction error, bytes (compressed bundles only).
     compression: Option<CompressionSummary>,
     file_checks: Option<Vec<FileCheck>>,
+    /// OS metadata files (.DS_Store, ._*, Icon\r) present in a bundle and not verified.
+    ignored_files: Vec<String>,
     packages: Vec<PackageReport>,
     lint_errors: usize,
     lint_warnings: usize,
@@ -84,9 +92,26 @@ struct FunctionReport {
     op_histogram: BTreeMap<String, usize>,
 }
 
-fn inspect_package(path: &Path, label: String) -> Result<PackageReport> {
+/// `declared`: the functions the bundle manifest declares for this package; any disagreement
+/// with the package is an error-level finding (`manifest-signature`).
+fn inspect_package(
+    path: &Path,
+    label: String,
+    declared: Option<&[FunctionSignature]>,
+) -> Result<PackageReport> {
     let program =
         read_package(path).with_context(|| format!("cannot read package {}", path.display()))?;
+    let mut mismatches = Vec::new();
+    if let Some(declared) = declared {
+        for message in signature_mismatches(declared, &program) {
+            mismatches.push(Finding {
+                severity: Severity::Error,
+                rule: "manifest-signature".into(),
+                location: String::new(),
+                message,
+            });
+        }
+    }
     let weights_dir = path.join("Data/com.apple.CoreML/weights");
     let mut weight_file_bytes = 0;
     let mut weight_bytes_by_dtype = BTreeMap::new();
@@ -131,7 +156,10 @@ fn inspect_package(path: &Path, label: String) -> Result<PackageReport> {
         functions,
         weight_file_bytes,
         weight_bytes_by_dtype,
-        lint: lint_program(&program, weight_file_bytes),
+        lint: lint_program(&program, weight_file_bytes)
+            .into_iter()
+            .chain(mismatches)
+            .collect(),
     })
 }
 
@@ -143,11 +171,21 @@ pub fn run(args: InspectArgs) -> Result<()> {
     let is_bundle = path.join(MANIFEST_FILE).is_file();
     let mut report = if is_bundle {
         let manifest = read_manifest(path)?;
-        let checks = verify_files(path, &manifest)?;
+        let verification = if args.no_verify {
+            None
+        } else {
+            Some(verify_bundle(path, &manifest)?)
+        };
         let packages = manifest
             .package_paths()
             .iter()
-            .map(|rel| inspect_package(&path.join(rel), rel.to_string()))
+            .map(|rel| {
+                inspect_package(
+                    &path.join(rel),
+                    rel.to_string(),
+                    Some(manifest.declared_functions(rel).unwrap_or(&[])),
+                )
+            })
             .collect::<Result<Vec<_>>>()?;
         let compression = CompressionRecord::from_manifest(&manifest)
             .with_context(|| format!("{}", path.join(MANIFEST_FILE).display()))?
@@ -157,7 +195,11 @@ pub fn run(args: InspectArgs) -> Result<()> {
             kind: "bundle",
             manifest: Some(manifest),
             compression,
-            file_checks: Some(checks),
+            ignored_files: verification
+                .as_ref()
+                .map(|v| v.ignored.clone())
+                .unwrap_or_default(),
+            file_checks: verification.map(|v| v.checks),
             packages,
             lint_errors: 0,
             lint_warnings: 0,
@@ -169,7 +211,8 @@ pub fn run(args: InspectArgs) -> Result<()> {
             manifest: None,
             compression: None,
             file_checks: None,
-            packages: vec![inspect_package(path, path.display().to_string())?],
+            ignored_files: Vec::new(),
+            packages: vec![inspect_package(path, path.display().to_string(), None)?],
             lint_errors: 0,
             lint_warnings: 0,
         }
@@ -268,6 +311,18 @@ fn print_text(r: &Report) {
                 c.found_sha256.as_deref().unwrap_or("(missing)")
             );
         }
+    } else if r.kind == "bundle" {
+        println!("  files: not verified (--no-verify)");
+    }
+    if !r.ignored_files.is_empty() {
+        println!(
+            "  ignored (OS metadata, not verified): {}",
+            r.ignored_files
+                .iter()
+                .map(|f| format!("{f:?}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
     }
     for p in &r.packages {
         let by_dtype: Vec<String> = p

@@ -1,8 +1,9 @@
 //! One module per verb.
 
+pub mod bench;
 pub mod bisect;
 pub mod bisect_child;
-pub mod bench;
+pub mod clean;
 pub mod compress_opts;
 pub mod convert;
 pub mod doctor;

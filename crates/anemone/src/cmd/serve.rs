@@ -46,6 +46,10 @@ pub struct ServeArgs {
     pub backend: Option<BackendKind>,
     #[command(flatten)]
     pub coreml: super::CoreMlArgs,
+    /// Bundles only: skip checking the bundle's files against the manifest's sha256 (for a
+    /// bundle checked already, e.g. by `anemone inspect`).
+    #[arg(long)]
+    pub no_verify: bool,
 
     /// Bundles only: the executor's arithmetic (default: the bundle's precision).
     #[arg(long)]
@@ -100,7 +104,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         let kind = args.backend.unwrap_or_else(BackendKind::for_bundles);
         let choice = args.coreml.choice(kind, precision, args.threads);
         let started = std::time::Instant::now();
-        let engine = Engine::open(&path, &choice, args.kv_memory << 20)
+        let engine = Engine::open(&path, &choice, args.kv_memory << 20, !args.no_verify)
             .with_context(|| format!("loading model `{name}`"))?;
         tracing::info!(
             model = name,

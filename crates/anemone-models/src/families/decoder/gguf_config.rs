@@ -174,12 +174,25 @@ pub fn parse(
     })
 }
 
-/// Fails on any RoPE scaling, which the reference forward does not implement.
+/// Fails on any RoPE scaling or logit soft-capping, which the reference forward does not
+/// implement.
 fn check_rope_scaling(meta: &Metadata, arch: &str) -> Result<()> {
     let unsupported = |what: String| CheckpointError::Unsupported {
         path: meta.path.clone(),
         what,
     };
+    for key in [
+        format!("{arch}.attn_logit_softcapping"),
+        format!("{arch}.final_logit_softcapping"),
+    ] {
+        if let Some(v) = meta.opt_f64(&key)? {
+            if v != 0.0 {
+                return Err(unsupported(format!(
+                    "logit soft-capping {v} ({key}, not implemented)"
+                )));
+            }
+        }
+    }
     let type_key = format!("{arch}.rope.scaling.type");
     let scaling_type = meta.opt_str(&type_key)?;
     if let Some(t) = scaling_type.filter(|t| *t != "none") {

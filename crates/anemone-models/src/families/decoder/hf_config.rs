@@ -1,7 +1,8 @@
 //! `config.json` → [`DecoderConfig`] for the decoder families, with each family's rules.
 //!
 //! Only what the decoder blocks implement is accepted: RoPE scaling, sliding-window attention,
-//! MLP biases, an o_proj bias and activations other than SiLU are refused with an error naming
+//! MLP biases, an o_proj bias, activations other than SiLU and other families' math keys
+//! (`partial_rotary_factor`, logit soft-capping, Granite multipliers, …) are refused with an error naming
 //! the field, because silently ignoring them would give a model that runs and is wrong.
 
 use anemone_checkpoint::hf::JsonFields as Fields;
@@ -78,6 +79,7 @@ pub fn parse(f: &Fields, rules: &HfRules) -> Result<DecoderConfig> {
 
     check_activation(f)?;
     check_no_sliding_window(f)?;
+    check_unimplemented_math(f, head_dim)?;
     let rope_theta = rope_theta(f)?;
     let attention_bias = match rules.attention_bias {
         AttentionBias::AlwaysQkv => true,
@@ -117,6 +119,42 @@ pub fn parse(f: &Fields, rules: &HfRules) -> Result<DecoderConfig> {
         bos_token_id: f.token_id("bos_token_id")?,
         eos_token_ids: f.token_ids("eos_token_id")?,
     })
+}
+
+/// Keys of other model families' `config.json` that change the math when set to anything but
+/// their neutral value: refused, naming the key, rather than converted into a wrong model.
+/// (`key`, neutral value; `None`: any non-null value changes the math.)
+const MATH_KEYS: &[(&str, Option<f64>)] = &[
+    ("partial_rotary_factor", Some(1.0)),
+    ("rotary_pct", Some(1.0)),
+    ("attn_logit_softcapping", None),
+    ("final_logit_softcapping", None),
+    ("query_pre_attn_scalar", None),
+    ("embedding_multiplier", Some(1.0)),
+    ("residual_multiplier", Some(1.0)),
+    ("attention_multiplier", None),
+    ("logits_scaling", Some(1.0)),
+    ("mrope_section", None),
+    ("no_rope_layers", None),
+];
+
+fn check_unimplemented_math(f: &Fields, head_dim: usize) -> Result<()> {
+    for &(key, neutral) in MATH_KEYS {
+        let Some(value) = f.get(key) else { continue };
+        if neutral.is_some() && value.as_f64() == neutral {
+            continue;
+        }
+        return Err(f.unsupported(key, format!("{value} (not implemented)")));
+    }
+    if let Some(dim) = f.usize_opt("rotary_dim")? {
+        if dim != head_dim {
+            return Err(f.unsupported(
+                "rotary_dim",
+                format!("{dim} (partial rotary embedding; head_dim is {head_dim})"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn check_activation(f: &Fields) -> Result<()> {
@@ -181,6 +219,14 @@ fn rope_theta(f: &Fields) -> Result<f64> {
                 return Err(f.unsupported(field, "an object without `rope_type` (RoPE scaling)"))
             }
             None => {}
+        }
+        if let Some(p) = params.get("partial_rotary_factor") {
+            if p.as_f64() != Some(1.0) {
+                return Err(f.unsupported(
+                    &nested("partial_rotary_factor"),
+                    format!("{p} (not implemented)"),
+                ));
+            }
         }
         if let Some(t) = params.get("rope_theta") {
             let t = t.as_f64().ok_or_else(|| {
