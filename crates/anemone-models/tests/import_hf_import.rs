@@ -261,7 +261,7 @@ fn config_eos_list_is_accepted() {
 }
 
 #[test]
-fn real_bert_directory_is_refused_by_name_and_its_safetensors_read() {
+fn real_bert_directory_is_refused_as_a_decoder_and_its_safetensors_read() {
     // all-minilm-l6-v2 (fetched by scripts/fetch-models.sh): a real transformers-written file.
     let dir = models_dir().join("all-minilm-l6-v2");
     assert!(
@@ -271,7 +271,8 @@ fn real_bert_directory_is_refused_by_name_and_its_safetensors_read() {
     );
     let err = anemone_models::open_checkpoint(&dir).unwrap_err();
     assert!(
-        matches!(&err, CheckpointError::UnknownArchitecture { arch, .. } if arch == "bert"),
+        matches!(&err, CheckpointError::BadField { field, problem, .. }
+            if field == "model_type" && problem.contains("\"bert\" is an encoder")),
         "{err}"
     );
 

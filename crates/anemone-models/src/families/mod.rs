@@ -253,9 +253,12 @@ fn open_hf_dir(path: &Path) -> Result<Checkpoint> {
         .str_opt("model_type")?
         .ok_or_else(|| fields.bad("model_type", "missing"))?;
     if encoder_by_hf_model_type(model_type).is_some() {
-        return Err(fields.unsupported(
+        return Err(fields.bad(
             "model_type",
-            format!("\"{model_type}\" is an encoder: use `anemone embed` / `anemone classify`"),
+            format!(
+                "\"{model_type}\" is an encoder, not a decoder: run it with `anemone embed` or \
+                 `anemone classify`"
+            ),
         ));
     }
     let config = by_hf_model_type(model_type)?.config_from_hf(&fields)?;
