@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use anemone_backend::{Backend, Tensor};
 use anemone_mil::DType;
@@ -149,7 +149,8 @@ pub struct CoreMlPackage {
     outputs: HashMap<String, Vec<(String, Vec<usize>)>>,
     /// fp16 output backings, reused across predictions, per (function, output).
     backings: Mutex<HashMap<(String, String), Retained<MLMultiArray>>>,
-    serial: Mutex<()>,
+    /// Held around every call into Core ML with this package's models (shared by its states).
+    serial: Arc<Mutex<()>>,
     /// A compiled model outside the cache (`--no-cache`), removed on drop.
     temporary: Option<PathBuf>,
 }
@@ -176,7 +177,20 @@ impl Drop for CoreMlPackage {
 pub struct CoreMlState {
     state: Retained<MLState>,
     model: Retained<MLModel>,
+    /// The package's lock, held while the state is made anew.
+    serial: Arc<Mutex<()>>,
 }
+
+// SAFETY: Core ML objects are reference-counted Objective-C objects whose retain and release are
+// thread-safe; every call into Core ML with a package's models or output backings (predict,
+// newState) holds the package's `serial` lock, so no two threads use them at once, and after
+// loading the maps are only read. objc2 marks the types !Send/!Sync conservatively.
+unsafe impl Send for CoreMlPackage {}
+// SAFETY: as above: shared access is serialized by `serial`.
+unsafe impl Sync for CoreMlPackage {}
+// SAFETY: a state is used by one session at a time (`&mut` in predict and reset), and every call
+// into Core ML with it holds its package's `serial` lock.
+unsafe impl Send for CoreMlState {}
 
 impl std::fmt::Debug for CoreMlState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -366,7 +380,7 @@ impl Backend for CoreMlBackend {
             models,
             outputs,
             backings: Mutex::new(HashMap::new()),
-            serial: Mutex::new(()),
+            serial: Arc::new(Mutex::new(())),
             temporary,
         })
     }
@@ -377,15 +391,30 @@ impl Backend for CoreMlBackend {
         function: &str,
     ) -> Result<CoreMlState, CoreMlError> {
         let model = package.model(function)?.clone();
-        // SAFETY: newState on a loaded stateful model.
-        let state = unsafe { model.newState() };
-        Ok(CoreMlState { state, model })
+        let serial = Arc::clone(&package.serial);
+        let state = {
+            let _serial = serial
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            // SAFETY: newState on a loaded stateful model, under the package's lock.
+            unsafe { model.newState() }
+        };
+        Ok(CoreMlState {
+            state,
+            model,
+            serial,
+        })
     }
 
     fn reset_state(&self, state: &mut CoreMlState) {
         // A fresh MLState is zeroed: Core ML gives no cheaper reset.
+        let _serial = state
+            .serial
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         // SAFETY: as in new_state.
-        state.state = unsafe { state.model.newState() };
+        let fresh = unsafe { state.model.newState() };
+        state.state = fresh;
     }
 
     fn predict(
