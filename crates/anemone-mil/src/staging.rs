@@ -7,7 +7,8 @@
 //!   the file holds the holder's pid for messages). A second writer of the same target fails
 //!   cleanly while the first one runs. A partial directory found by the lock's holder is debris of
 //!   a dead writer (kill -9, power loss) and is removed; [`remove_stale`] does the same for a
-//!   whole directory (`anemone clean`).
+//!   whole directory (`anemone clean`, and every convert beside its output), including the
+//!   `.NAME.tmp-PID` debris earlier versions left when killed.
 //! - An existing target is replaced only when the caller says so (`--force`) **and** it is one
 //!   of ours (the caller's `is_ours` test, e.g. a directory holding a bundle manifest) or an empty
 //!   directory; never when an input lives inside it.
@@ -309,7 +310,9 @@ fn check_replaceable(target: &Path, policy: &ReplacePolicy<'_>) -> Result<(), St
     Ok(())
 }
 
-/// Partial directories in `dir` whose writer is no longer running.
+/// Partial outputs in `dir` whose writer is no longer running: this version's
+/// `.NAME.anemone-partial` directories whose lock nobody holds, and the `.NAME.tmp-PID` debris of
+/// earlier versions (see [`is_legacy_debris`]).
 pub fn stale_partials(dir: &Path) -> Result<Vec<PathBuf>, StagingError> {
     let mut out = Vec::new();
     for entry in fs::read_dir(dir).map_err(io(dir))? {
@@ -318,13 +321,14 @@ pub fn stale_partials(dir: &Path) -> Result<Vec<PathBuf>, StagingError> {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let Some(stem) = name
+        if let Some(stem) = name
             .strip_prefix('.')
             .and_then(|n| n.strip_suffix(PARTIAL_SUFFIX))
-        else {
-            continue;
-        };
-        if !lock_is_held(&dir.join(format!(".{stem}{LOCK_SUFFIX}")))? {
+        {
+            if !lock_is_held(&dir.join(format!(".{stem}{LOCK_SUFFIX}")))? {
+                out.push(path);
+            }
+        } else if is_legacy_debris(&path, &name) {
             out.push(path);
         }
     }
@@ -332,10 +336,57 @@ pub fn stale_partials(dir: &Path) -> Result<Vec<PathBuf>, StagingError> {
     Ok(out)
 }
 
-/// Removes the partial directories of dead writers in `dir`; returns what was removed.
+/// Earlier versions staged outputs in `.NAME.tmp-PID` beside the target and left them behind
+/// when killed. Such an entry is ours only if its process is gone **and** it holds what we
+/// wrote there (a directory with a bundle or package manifest, or a `.npy` dump), so a stranger's
+/// `.x.tmp-123` is never touched.
+fn is_legacy_debris(path: &Path, name: &str) -> bool {
+    let Some((stem, pid)) = name.strip_prefix('.').and_then(|n| n.rsplit_once(".tmp-")) else {
+        return false;
+    };
+    let Ok(pid) = pid.parse::<u32>() else {
+        return false;
+    };
+    if stem.is_empty() || process_is_alive(pid) {
+        return false;
+    }
+    let Ok(meta) = path.symlink_metadata() else {
+        return false;
+    };
+    if meta.is_dir() {
+        ["anemone.json", "Manifest.json"]
+            .iter()
+            .any(|manifest| path.join(manifest).is_file())
+    } else {
+        meta.is_file() && stem.ends_with(".npy")
+    }
+}
+
+#[cfg(unix)]
+fn process_is_alive(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    // SAFETY: signal 0 only checks that the process exists; nothing is delivered.
+    let rc = unsafe { libc::kill(pid, 0) };
+    rc == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+/// Without a way to ask, every process is presumed alive and nothing legacy is removed.
+#[cfg(not(unix))]
+fn process_is_alive(_pid: u32) -> bool {
+    true
+}
+
+/// Removes the partial outputs of dead writers in `dir`; returns what was removed.
 pub fn remove_stale(dir: &Path) -> Result<Vec<PathBuf>, StagingError> {
     let mut removed = Vec::new();
     for path in stale_partials(dir)? {
+        if !path.to_string_lossy().ends_with(PARTIAL_SUFFIX) {
+            remove_entry(&path)?;
+            removed.push(path);
+            continue;
+        }
         // Re-checked under the writer's lock, so a writer starting now is never disturbed.
         let lock = path.with_extension("anemone-lock");
         let Ok(mut lock) = WriterLock::acquire(&lock)? else {
@@ -348,6 +399,15 @@ pub fn remove_stale(dir: &Path) -> Result<Vec<PathBuf>, StagingError> {
         lock.release();
     }
     Ok(removed)
+}
+
+fn remove_entry(path: &Path) -> Result<(), StagingError> {
+    let removed = if path.is_dir() {
+        fs::remove_dir_all(path)
+    } else {
+        fs::remove_file(path)
+    };
+    removed.map_err(io(path))
 }
 
 /// Swaps two directory entries atomically where the OS can; otherwise moves `target` aside,
@@ -555,5 +615,30 @@ mod tests {
         fs::create_dir(&partial).unwrap();
         assert_eq!(remove_stale(dir.path()).unwrap(), vec![partial.clone()]);
         assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
+    /// A pid that no process has: above the kernel's pid limit on Linux and macOS.
+    const DEAD_PID: u32 = 99_999_999;
+
+    #[test]
+    fn remove_stale_clears_legacy_debris_of_dead_writers_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let dead_bundle = dir.path().join(format!(".m.bundle.tmp-{DEAD_PID}"));
+        fs::create_dir(&dead_bundle).unwrap();
+        fs::write(dead_bundle.join("anemone.json"), "{}").unwrap();
+        let dead_npy = dir.path().join(format!(".logits.npy.tmp-{DEAD_PID}"));
+        fs::write(&dead_npy, b"half").unwrap();
+        // Kept: a live writer's, and a dead process's directory that is not ours.
+        let live = dir.path().join(format!(".m2.bundle.tmp-{}", std::process::id()));
+        fs::create_dir(&live).unwrap();
+        fs::write(live.join("anemone.json"), "{}").unwrap();
+        let stranger = dir.path().join(format!(".cache.tmp-{DEAD_PID}"));
+        fs::create_dir(&stranger).unwrap();
+        fs::write(stranger.join("data"), "x").unwrap();
+
+        let removed = remove_stale(dir.path()).unwrap();
+        assert_eq!(removed, vec![dead_bundle.clone(), dead_npy.clone()]);
+        assert!(!dead_bundle.exists() && !dead_npy.exists());
+        assert!(live.exists() && stranger.exists());
     }
 }

@@ -55,10 +55,28 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("error: {error:#}");
+            eprintln!("error: {}", render_error(&error));
             ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes on one line, each stated once. Library errors name their cause in
+/// their own message (so they read whole on their own) and also return it as `source()`; a cause
+/// whose text is already in the line is not repeated.
+fn render_error(error: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if text.is_empty() || line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
 }
 
 /// Rust ignores SIGPIPE, so `anemone inspect … | head` would panic on the closed pipe. A command
@@ -110,4 +128,31 @@ fn init_logging(verbose: u8) {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::render_error;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("/out/m.bundle: {source}")]
+    struct Wrapped {
+        source: std::io::Error,
+    }
+
+    #[test]
+    fn a_cause_already_in_the_message_is_not_repeated() {
+        let io = std::io::Error::from_raw_os_error(30);
+        let io_text = io.to_string();
+        let error = anyhow::Error::new(Wrapped { source: io }).context("writing the bundle");
+        let line = render_error(&error);
+        assert_eq!(line, format!("writing the bundle: /out/m.bundle: {io_text}"));
+        assert_eq!(line.matches(&io_text).count(), 1, "{line}");
+    }
+
+    #[test]
+    fn causes_not_in_the_message_are_kept_in_order() {
+        let error = anyhow::anyhow!("innermost").context("middle").context("outer");
+        assert_eq!(render_error(&error), "outer: middle: innermost");
+    }
 }

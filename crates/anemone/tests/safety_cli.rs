@@ -150,6 +150,29 @@ fn sigterm_mid_convert_removes_the_partial_output_and_exits_143() {
 }
 
 #[test]
+fn debris_of_earlier_versions_is_removed_only_when_ours_and_dead() {
+    let dir = tempfile::tempdir().unwrap();
+    // A pid above every kernel's limit: no process has it.
+    let dead = 99_999_999;
+    let legacy = dir.path().join(format!(".b.tmp-{dead}"));
+    std::fs::create_dir(&legacy).unwrap();
+    std::fs::write(legacy.join("anemone.json"), "{}").unwrap();
+    let stranger = dir.path().join(format!(".cache.tmp-{dead}"));
+    std::fs::create_dir(&stranger).unwrap();
+
+    let listed = anemone(&["clean", dir.path().to_str().unwrap(), "--dry-run", "--json"]);
+    assert!(listed.status.success(), "{}", text(&listed.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
+    let partials = report["partials"].as_array().unwrap();
+    assert_eq!(partials.len(), 1, "{report}");
+    assert!(partials[0]["path"].as_str().unwrap().ends_with(&format!(".b.tmp-{dead}")));
+
+    let next = run(&convert_args(&fixture("qwen3_gqa4"), &dir.path().join("c"), &[]));
+    assert!(next.status.success(), "{}", text(&next.stderr));
+    assert_eq!(names(dir.path()), [format!(".cache.tmp-{dead}"), "c".to_string()]);
+}
+
+#[test]
 fn sigkill_debris_is_listed_by_clean_and_removed_by_the_next_convert() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("b");
@@ -335,6 +358,15 @@ fn inspect_strict_checks_the_manifest_against_every_package_signature() {
         let report = text(&o.stdout);
         assert!(report.contains("manifest-signature"), "{report}");
         assert!(report.contains(needle), "{needle}: {report}");
+        // Loading checks it too: generate refuses, naming the package and the disagreement.
+        let g = generate(&out, &[]);
+        assert!(!g.status.success(), "{needle}: generate loaded the bundle");
+        let err = text(&g.stderr);
+        assert!(
+            err.contains("disagrees with the package") && err.contains("chunk-00.mlpackage"),
+            "{needle}: {err}"
+        );
+        assert!(err.contains(needle), "{needle}: {err}");
     }
 }
 

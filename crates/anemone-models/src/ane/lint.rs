@@ -28,6 +28,77 @@ pub struct Finding {
 
 const GIB: u64 = 1 << 30;
 
+type RawFinding = (Severity, &'static str, String, String);
+
+/// What the graph computes, where it can be read off the ops:
+/// - `softmax-axis`: attention probabilities must sum to one over the axis the next matmul
+///   contracts (the keys); a softmax over any other axis normalises over queries or channels.
+/// - `output-is-input`: an output must be a computed value, not an input or state passed through
+///   (a renamed output would silently return the cache instead of the hidden state).
+fn graph_semantics(f: &anemone_mil::Function) -> Vec<RawFinding> {
+    let fname = f.name();
+    let mut out = Vec::new();
+    for op in f.operations() {
+        let Op::Softmax { axis, .. } = op.op else {
+            continue;
+        };
+        let Some(&probs) = op.outputs.first() else {
+            continue;
+        };
+        let rank = f.tensor_type(probs).rank();
+        for consumer in f.operations() {
+            let Op::Matmul {
+                x,
+                y,
+                transpose_x,
+                transpose_y,
+            } = consumer.op
+            else {
+                continue;
+            };
+            let contracted = if x == probs {
+                if transpose_x {
+                    rank - 2
+                } else {
+                    rank - 1
+                }
+            } else if y == probs {
+                if transpose_y {
+                    rank - 1
+                } else {
+                    rank - 2
+                }
+            } else {
+                continue;
+            };
+            if contracted != axis {
+                out.push((
+                    Severity::Error,
+                    "softmax-axis",
+                    format!("{fname}/{}", op.name),
+                    format!(
+                        "softmax normalises axis {axis} but `{}` sums its output over axis \
+                         {contracted}: the weights must sum to one over the keys",
+                        consumer.name
+                    ),
+                ));
+            }
+        }
+    }
+    let inputs: Vec<_> = f.tensor_inputs().chain(f.state_inputs()).collect();
+    for output in f.outputs() {
+        if inputs.contains(output) {
+            out.push((
+                Severity::Error,
+                "output-is-input",
+                format!("{fname}/{}", f.value_name(*output)),
+                "the output is the function's own input or state, not a value it computes".into(),
+            ));
+        }
+    }
+    out
+}
+
 /// Lints `program`; `weight_bytes` is the size of its weight.bin files.
 pub fn lint_program(program: &Program, weight_bytes: u64) -> Vec<Finding> {
     let mut out = Vec::new();
@@ -90,6 +161,9 @@ pub fn lint_program(program: &Program, weight_bytes: u64) -> Vec<Finding> {
                 format!("{fname}/{first}"),
                 format!("{fp32_ops} op(s) compute in fp32 in an fp16 program (the ANE computes fp16 only; these run elsewhere)"),
             );
+        }
+        for (severity, rule, location, message) in graph_semantics(f) {
+            push(severity, rule, location, message);
         }
         let states: Vec<_> = f.state_inputs().collect();
         if states.len() > 2 {
@@ -171,4 +245,58 @@ pub fn lint_program(program: &Program, weight_bytes: u64) -> Vec<Finding> {
         );
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use anemone_mil::{FunctionBuilder, SpecVersion, TensorType};
+
+    /// Scores `[1, 1, T, K]` → softmax over `axis` → probs · V, as the decoder builds attention.
+    fn attention(softmax_axis: i64, return_state: bool) -> Program {
+        let mut f = FunctionBuilder::new("decode");
+        let scores = f
+            .input("scores", TensorType::new(DType::F16, [1, 1, 4, 32]))
+            .expect("input");
+        let values = f
+            .state("v_cache", TensorType::new(DType::F16, [1, 1, 32, 32]))
+            .expect("state");
+        let v = f.read_state("v_read", values).expect("read_state");
+        let probs = f.softmax("probs", scores, softmax_axis).expect("softmax");
+        let attn = f.matmul("attn", v, probs, false, true).expect("matmul");
+        f.output(attn).expect("output");
+        if return_state {
+            f.output(scores).expect("output");
+        }
+        let mut program = Program::new(SpecVersion::V9);
+        program
+            .add_function(f.finish().expect("verified"))
+            .expect("added");
+        program
+    }
+
+    fn rules(program: &Program) -> Vec<String> {
+        lint_program(program, 0)
+            .into_iter()
+            .filter(|f| f.severity == Severity::Error)
+            .map(|f| f.rule)
+            .collect()
+    }
+
+    #[test]
+    fn softmax_over_the_keys_passes_and_over_the_queries_is_an_error() {
+        assert!(rules(&attention(-1, false)).is_empty());
+        let wrong = lint_program(&attention(2, false), 0);
+        let finding = wrong
+            .iter()
+            .find(|f| f.rule == "softmax-axis")
+            .expect("softmax-axis finding");
+        assert_eq!(finding.location, "decode/probs");
+        assert!(finding.message.contains("axis 2") && finding.message.contains("axis 3"));
+    }
+
+    #[test]
+    fn an_output_that_is_an_input_is_an_error() {
+        assert_eq!(rules(&attention(-1, true)), ["output-is-input"]);
+    }
 }

@@ -36,6 +36,15 @@ pub enum PipelineError {
     },
     #[error("{}: manifest: {problem}", dir.display())]
     Manifest { dir: PathBuf, problem: String },
+    #[error(
+        "{}: the manifest disagrees with the package: {} (the bundle was edited after it was \
+         written; convert it again)",
+        package.display(), problems.join("; ")
+    )]
+    Signature {
+        package: PathBuf,
+        problems: Vec<String>,
+    },
     #[error("{}: tensor `{tensor}`: {problem}", path.display())]
     Host {
         path: PathBuf,
@@ -86,7 +95,9 @@ fn describe_check(c: &FileCheck) -> String {
 
 #[derive(Debug, Clone)]
 pub struct PipelineOptions {
-    /// Hash every file and compare with the manifest before loading (default on).
+    /// Hash every file and compare with the manifest, and check every package's functions
+    /// (inputs, outputs, states: names, dtypes, shapes) against the manifest, before loading
+    /// (default on).
     pub verify_hashes: bool,
     /// Threads of the host work (LM head); `None` = the global rayon pool.
     pub host_threads: Option<usize>,
@@ -153,6 +164,9 @@ impl<B: Backend> Pipeline<B> {
             }
         }
         check_manifest(dir, &manifest)?;
+        if options.verify_hashes {
+            check_signatures(dir, &manifest)?;
+        }
         let host = HostWeights::load(dir, &manifest)?;
         let tokenizer = host::load_tokenizer(dir, &manifest)?;
         let activation_dtype = manifest.conversion.precision.dtype();
@@ -275,6 +289,36 @@ pub(crate) fn backend_error<B: Backend>(
 }
 
 /// The chunk plan must cover the layers in order with the functions the pipeline calls.
+/// Every package against the functions the manifest declares for it. Hashes prove the files are
+/// the ones the manifest lists; this proves the manifest describes them (a manifest edited after
+/// conversion, or packages swapped between bundles, would otherwise load and run wrongly).
+fn check_signatures(dir: &Path, m: &Manifest) -> Result<(), PipelineError> {
+    use rayon::prelude::*;
+    let packages: Vec<(&str, &[anemone_models::ane::FunctionSignature])> = m
+        .chunks
+        .iter()
+        .map(|c| (c.path.as_str(), c.functions.as_slice()))
+        .chain(
+            m.lm_head
+                .iter()
+                .map(|l| (l.path.as_str(), l.functions.as_slice())),
+        )
+        .collect();
+    packages.par_iter().try_for_each(|(relative, declared)| {
+        let package = dir.join(relative);
+        let program = anemone_mil::read_package(&package).map_err(|e| PipelineError::Manifest {
+            dir: dir.to_path_buf(),
+            problem: format!("cannot read {relative}: {e}"),
+        })?;
+        let problems = bundle::signature_mismatches(declared, &program);
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(PipelineError::Signature { package, problems })
+        }
+    })
+}
+
 fn check_manifest(dir: &Path, m: &Manifest) -> Result<(), PipelineError> {
     let bad = |problem: String| {
         Err(PipelineError::Manifest {
