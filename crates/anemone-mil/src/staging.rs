@@ -629,7 +629,9 @@ mod tests {
         let dead_npy = dir.path().join(format!(".logits.npy.tmp-{DEAD_PID}"));
         fs::write(&dead_npy, b"half").unwrap();
         // Kept: a live writer's, and a dead process's directory that is not ours.
-        let live = dir.path().join(format!(".m2.bundle.tmp-{}", std::process::id()));
+        let live = dir
+            .path()
+            .join(format!(".m2.bundle.tmp-{}", std::process::id()));
         fs::create_dir(&live).unwrap();
         fs::write(live.join("anemone.json"), "{}").unwrap();
         let stranger = dir.path().join(format!(".cache.tmp-{DEAD_PID}"));
@@ -637,7 +639,7 @@ mod tests {
         fs::write(stranger.join("data"), "x").unwrap();
 
         let removed = remove_stale(dir.path()).unwrap();
-        assert_eq!(removed, vec![dead_bundle.clone(), dead_npy.clone()]);
+        assert_eq!(removed, vec![dead_npy.clone(), dead_bundle.clone()]);
         assert!(!dead_bundle.exists() && !dead_npy.exists());
         assert!(live.exists() && stranger.exists());
     }

@@ -146,13 +146,18 @@ mod tests {
         let io_text = io.to_string();
         let error = anyhow::Error::new(Wrapped { source: io }).context("writing the bundle");
         let line = render_error(&error);
-        assert_eq!(line, format!("writing the bundle: /out/m.bundle: {io_text}"));
+        assert_eq!(
+            line,
+            format!("writing the bundle: /out/m.bundle: {io_text}")
+        );
         assert_eq!(line.matches(&io_text).count(), 1, "{line}");
     }
 
     #[test]
     fn causes_not_in_the_message_are_kept_in_order() {
-        let error = anyhow::anyhow!("innermost").context("middle").context("outer");
+        let error = anyhow::anyhow!("innermost")
+            .context("middle")
+            .context("outer");
         assert_eq!(render_error(&error), "outer: middle: innermost");
     }
 }

@@ -165,11 +165,21 @@ fn debris_of_earlier_versions_is_removed_only_when_ours_and_dead() {
     let report: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
     let partials = report["partials"].as_array().unwrap();
     assert_eq!(partials.len(), 1, "{report}");
-    assert!(partials[0]["path"].as_str().unwrap().ends_with(&format!(".b.tmp-{dead}")));
+    assert!(partials[0]["path"]
+        .as_str()
+        .unwrap()
+        .ends_with(&format!(".b.tmp-{dead}")));
 
-    let next = run(&convert_args(&fixture("qwen3_gqa4"), &dir.path().join("c"), &[]));
+    let next = run(&convert_args(
+        &fixture("qwen3_gqa4"),
+        &dir.path().join("c"),
+        &[],
+    ));
     assert!(next.status.success(), "{}", text(&next.stderr));
-    assert_eq!(names(dir.path()), [format!(".cache.tmp-{dead}"), "c".to_string()]);
+    assert_eq!(
+        names(dir.path()),
+        [format!(".cache.tmp-{dead}"), "c".to_string()]
+    );
 }
 
 #[test]
