@@ -24,6 +24,9 @@ use crate::pipeline::{LoadTimings, Pipeline, PipelineError, PipelineOptions};
 use crate::stops::StopFilter;
 use crate::{prompt, SamplerConfig, TextStream};
 
+/// Sees released text and the log-probabilities of the tokens that made it.
+pub type OnText<'a> = dyn FnMut(&str, &[TokenLogprob]) -> Result<(), RuntimeError> + 'a;
+
 /// A session a request owns while it runs.
 pub type BoxedSession = Box<dyn LogitsModel + Send>;
 
@@ -333,7 +336,7 @@ impl Engine {
         &self,
         request: &CompletionRequest,
         cancel: &AtomicBool,
-        on_text: &mut dyn FnMut(&str, &[TokenLogprob]) -> Result<(), RuntimeError>,
+        on_text: &mut OnText<'_>,
     ) -> Result<Completion, RuntimeError> {
         let started = Instant::now();
         let prompt = &request.prompt_ids;

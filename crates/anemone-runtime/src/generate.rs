@@ -102,13 +102,16 @@ pub fn continue_generation(
     continue_generation_observed(model, prompt_ids, options, &mut |id, _| on_token(id))
 }
 
+/// A per-token callback that also sees the logits the token was chosen from.
+pub type ObservedToken<'a> = dyn FnMut(u32, &[f32]) -> Result<(), RuntimeError> + 'a;
+
 /// [`continue_generation`] whose callback also sees the logits each token was chosen from
 /// (for log-probabilities), without keeping them.
 pub fn continue_generation_observed(
     model: &mut dyn LogitsModel,
     prompt_ids: &[u32],
     options: &GenerationOptions,
-    on_token: &mut dyn FnMut(u32, &[f32]) -> Result<(), RuntimeError>,
+    on_token: &mut ObservedToken<'_>,
 ) -> Result<Generation, RuntimeError> {
     let steps = check_request(model, prompt_ids, options)?;
     let held = model.position();
