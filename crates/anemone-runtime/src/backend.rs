@@ -121,11 +121,17 @@ pub trait PipelineTask {
     fn run<B: Backend>(self, pipeline: Pipeline<B>) -> Self::Output;
 }
 
-/// Opens the bundle at `dir` on the engine `choice` names and runs `task` on the pipeline.
-pub fn run_on_backend<T: PipelineTask>(
-    dir: &Path,
+/// Work done with a bare engine (packages that are not a decoder pipeline: an encoder bundle's
+/// one package), generic over `B` for the same reason as [`PipelineTask`].
+pub trait BackendTask {
+    type Output;
+    fn run<B: Backend>(self, backend: B) -> Self::Output;
+}
+
+/// Makes the engine `choice` names and runs `task` with it. The one place a [`BackendKind`]
+/// becomes an engine.
+pub fn with_backend<T: BackendTask>(
     choice: &BackendChoice,
-    options: &PipelineOptions,
     task: T,
 ) -> Result<T::Output, PipelineError> {
     match choice.kind {
@@ -139,7 +145,7 @@ pub fn run_on_backend<T: PipelineTask>(
                         })?,
                     None => ExecutorBackend::new(choice.precision),
                 };
-            Ok(task.run(Pipeline::open(dir, backend, options)?))
+            Ok(task.run(backend))
         }
         #[cfg(target_vendor = "apple")]
         BackendKind::CoreMl => {
@@ -148,9 +154,32 @@ pub fn run_on_backend<T: PipelineTask>(
                 no_cache: choice.no_cache,
                 cache_dir: None,
             });
-            Ok(task.run(Pipeline::open(dir, backend, options)?))
+            Ok(task.run(backend))
         }
     }
+}
+
+/// Opens the bundle at `dir` on the engine `choice` names and runs `task` on the pipeline.
+pub fn run_on_backend<T: PipelineTask>(
+    dir: &Path,
+    choice: &BackendChoice,
+    options: &PipelineOptions,
+    task: T,
+) -> Result<T::Output, PipelineError> {
+    struct OpenPipeline<'a, T> {
+        dir: &'a Path,
+        options: &'a PipelineOptions,
+        task: T,
+    }
+    impl<T: PipelineTask> BackendTask for OpenPipeline<'_, T> {
+        type Output = Result<T::Output, PipelineError>;
+        fn run<B: Backend>(self, backend: B) -> Self::Output {
+            Ok(self
+                .task
+                .run(Pipeline::open(self.dir, backend, self.options)?))
+        }
+    }
+    with_backend(choice, OpenPipeline { dir, options, task })?
 }
 
 #[cfg(test)]

@@ -1,12 +1,13 @@
 //! Running an encoder: from a checkpoint (the fp32 reference) or from an encoder bundle (the
 //! MIL executor, fp16 by default). Inputs are tokenized without truncation, each goes to the
 //! smallest length bucket holding it (an input longer than the largest is an error naming both
-//! lengths), and inputs are run grouped by bucket; results come back in input order.
+//! lengths), and inputs are run grouped by bucket; results come back in input order. A bundle's
+//! package runs on any engine of the backend registry (`--backend`).
 
 use std::collections::HashMap;
 use std::path::Path;
 
-use anemone_exec::{LoadedPackage, OpOutput, Precision as ExecPrecision, Tensor};
+use anemone_exec::{OpOutput, Precision as ExecPrecision, Tensor};
 use anemone_models::bundle::BundleError;
 use anemone_models::encoder::ane::{hidden_rows, host_inputs, names};
 use anemone_models::encoder::bundle::{bundle_kind, EncoderBundle};
@@ -14,6 +15,9 @@ use anemone_models::encoder::{
     open_encoder, Buckets, EncoderError, EncoderReference, EncoderTokenizer, Pooling,
 };
 use anemone_models::families::ModelKind;
+
+use crate::backend::{BackendChoice, BackendKind};
+use crate::encoder_backend::{load_runner, BucketRunner};
 
 #[derive(Debug, thiserror::Error)]
 pub enum EncoderRunError {
@@ -30,6 +34,16 @@ pub enum EncoderRunError {
         path: std::path::PathBuf,
         problem: String,
     },
+    #[error("{backend}: {source}")]
+    Backend {
+        backend: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error(transparent)]
+    Registry(Box<crate::pipeline::PipelineError>),
+    #[error("per-layer outputs need the executor backend ({backend} cannot show them)")]
+    Observe { backend: String },
     #[error("{}: output `{output}` missing from the executor's results", path.display())]
     Output {
         path: std::path::PathBuf,
@@ -57,7 +71,7 @@ enum Engine {
     Reference(Box<EncoderReference>),
     Bundle {
         bundle: Box<EncoderBundle>,
-        package: LoadedPackage,
+        runner: Box<dyn BucketRunner>,
         buckets: Buckets,
     },
 }
@@ -74,9 +88,14 @@ impl Encoder {
     /// A bundle directory (has `anemone.json`) runs on the executor in `precision`; anything
     /// else is opened as a Hugging Face encoder checkpoint and runs the reference.
     pub fn open(path: &Path, precision: ExecPrecision) -> Result<Self> {
+        Self::open_on(path, &BackendChoice::new(BackendKind::Executor, precision))
+    }
+
+    /// Like [`Encoder::open`], a bundle running on the engine `choice` names.
+    pub fn open_on(path: &Path, choice: &BackendChoice) -> Result<Self> {
         if path.join(anemone_models::bundle::MANIFEST_FILE).is_file() {
             match bundle_kind(path)? {
-                ModelKind::Encoder => Self::open_bundle(path, precision),
+                ModelKind::Encoder => Self::open_bundle_on(path, choice),
                 ModelKind::Decoder => Err(EncoderRunError::Kind {
                     path: path.to_path_buf(),
                     problem: "is a decoder bundle; embed/classify need an encoder bundle (use `anemone generate` for decoders)".into(),
@@ -99,19 +118,28 @@ impl Encoder {
     }
 
     pub fn open_bundle(path: &Path, precision: ExecPrecision) -> Result<Self> {
+        Self::open_bundle_on(path, &BackendChoice::new(BackendKind::Executor, precision))
+    }
+
+    pub fn open_bundle_on(path: &Path, choice: &BackendChoice) -> Result<Self> {
         let bundle = EncoderBundle::open(path)?;
-        let package = LoadedPackage::load(&bundle.package_path(), precision)?;
+        let runner = load_runner(&bundle.package_path(), choice)?;
         let buckets = bundle.buckets()?;
         let tokenizer = bundle.tokenizer.clone();
         Ok(Encoder {
             engine: Engine::Bundle {
                 bundle: Box::new(bundle),
-                package,
+                runner,
                 buckets,
             },
             tokenizer,
-            description: format!("executor {precision}"),
+            description: format!("{} {}", choice.kind, choice.precision),
         })
+    }
+
+    /// The tokenizer (`None` when the model has no `tokenizer.json`).
+    pub fn tokenizer(&self) -> Option<&EncoderTokenizer> {
+        self.tokenizer.as_ref()
     }
 
     pub fn pooling(&self) -> &Pooling {
@@ -174,13 +202,19 @@ impl Encoder {
             }
             Engine::Bundle {
                 bundle,
-                package,
+                runner,
                 buckets,
             } => {
                 for (bucket, members) in buckets.group(&counts)? {
                     for index in members {
-                        let (last, h) =
-                            run_bundle(bundle, package, index, &inputs[index], bucket, None)?;
+                        let (last, h) = run_bundle(
+                            bundle,
+                            runner.as_ref(),
+                            index,
+                            &inputs[index],
+                            bucket,
+                            None,
+                        )?;
                         let logits = bundle
                             .weights_host
                             .head
@@ -232,12 +266,19 @@ impl Encoder {
             Engine::Reference(r) => Ok((None, r.forward(index, ids)?.hidden_states)),
             Engine::Bundle {
                 bundle,
-                package,
+                runner,
                 buckets,
             } => {
                 let bucket = buckets.pick(index, ids.len())?;
                 let mut layers = Vec::new();
-                let (last, _) = run_bundle(bundle, package, index, ids, bucket, Some(&mut layers))?;
+                let (last, _) = run_bundle(
+                    bundle,
+                    runner.as_ref(),
+                    index,
+                    ids,
+                    bucket,
+                    Some(&mut layers),
+                )?;
                 layers.push(last);
                 Ok((Some(bucket), layers))
             }
@@ -249,7 +290,7 @@ impl Encoder {
 /// With `layers`, also collects the embedding norm and every layer's output but the last.
 fn run_bundle(
     bundle: &EncoderBundle,
-    package: &LoadedPackage,
+    runner: &dyn BucketRunner,
     index: usize,
     ids: &[u32],
     bucket: usize,
@@ -259,7 +300,7 @@ fn run_bundle(
     let h = config.hidden_size;
     let embedded = bundle.embed_raw(index, ids)?;
     let (x, mask) = host_inputs(config, &embedded, ids.len(), bucket);
-    let precision = package.precision();
+    let precision = runner.precision();
     let make = |shape: Vec<usize>, data: Vec<f32>| match precision {
         ExecPrecision::Fp16 => Tensor::f16(shape, data),
         ExecPrecision::Fp32 => Tensor::f32(shape, data),
@@ -290,9 +331,8 @@ fn run_bundle(
         tensor(names::MASK, vec![1, 1, 1, bucket], mask)?,
     );
     let function = names::function(bucket);
-    let mut state = package.new_state(&function)?;
     let outputs = match layers {
-        None => package.predict(&function, &inputs, &mut state)?,
+        None => runner.predict(&function, &inputs)?,
         Some(layers) => {
             let wanted: Vec<String> = std::iter::once(names::EMBED_NORM.to_string())
                 .chain((0..config.num_hidden_layers.saturating_sub(1)).map(names::layer_out))
@@ -302,7 +342,7 @@ fn run_bundle(
                     layers.push(hidden_rows(h, bucket, ids.len(), &o.tensor.data));
                 }
             };
-            package.predict_observed(&function, &inputs, &mut state, &mut observer)?
+            runner.predict_observed(&function, &inputs, &mut observer)?
         }
     };
     let out = outputs

@@ -17,11 +17,15 @@ use anemone_models::reference::{ReferenceModel, ReferenceOptions};
 use crate::backend::{run_on_backend, BackendChoice, PipelineTask};
 use crate::chat::ChatMessage;
 use crate::error::RuntimeError;
-use crate::generate::{continue_generation, GenerationOptions};
+use crate::generate::{continue_generation_observed, GenerationOptions};
+use crate::logprobs::{token_logprob, TokenLogprob};
 use crate::model::LogitsModel;
-use crate::pipeline::{Pipeline, PipelineError, PipelineOptions};
+use crate::pipeline::{LoadTimings, Pipeline, PipelineError, PipelineOptions};
 use crate::stops::StopFilter;
 use crate::{prompt, SamplerConfig, TextStream};
+
+/// Sees released text and the log-probabilities of the tokens that made it.
+pub type OnText<'a> = dyn FnMut(&str, &[TokenLogprob]) -> Result<(), RuntimeError> + 'a;
 
 /// A session a request owns while it runs.
 pub type BoxedSession = Box<dyn LogitsModel + Send>;
@@ -109,6 +113,9 @@ pub struct CompletionRequest {
     pub max_tokens: usize,
     pub sampler: SamplerConfig,
     pub stop: Vec<String>,
+    /// Report each generated token's log-probability and this many most likely alternatives
+    /// (`None`: no log-probabilities).
+    pub logprobs: Option<usize>,
 }
 
 #[derive(Debug, Clone)]
@@ -119,6 +126,9 @@ pub struct Completion {
     /// Prompt ids found in a kept session's state (not prefilled).
     pub cached_tokens: usize,
     pub finish_reason: FinishReason,
+    /// With [`CompletionRequest::logprobs`]: one entry per token of `text` (end-of-sequence ids
+    /// and tokens cut by a stop string have none).
+    pub logprobs: Vec<TokenLogprob>,
     /// From the start of the request's work to its first token.
     pub ttft_seconds: f64,
     pub decode_seconds: f64,
@@ -147,6 +157,8 @@ pub struct Engine {
     kv_memory: usize,
     kept: Mutex<KeptSessions>,
     kind: &'static str,
+    /// Bundles: where the load time went.
+    load_timings: Option<LoadTimings>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -195,16 +207,18 @@ impl Engine {
                 path: path.to_path_buf(),
                 source: Box::new(source),
             };
-            let (source, tokenizer, stop_ids, context_len) =
+            let (source, tokenizer, stop_ids, context_len, timings) =
                 run_on_backend(path, choice, &options, LeakPipeline).map_err(bundle)?;
-            return Ok(Self::new(
+            let mut engine = Self::new(
                 source,
                 tokenizer,
                 stop_ids,
                 context_len,
                 kv_memory,
                 "bundle",
-            ));
+            );
+            engine.load_timings = Some(timings);
+            return Ok(engine);
         }
         let checkpoint_error =
             |source: Box<dyn std::error::Error + Send + Sync>| EngineError::Checkpoint {
@@ -250,7 +264,13 @@ impl Engine {
             kv_memory,
             kept: Mutex::new(KeptSessions::default()),
             kind,
+            load_timings: None,
         }
+    }
+
+    /// Bundles: where the load time went (`None` for a checkpoint).
+    pub fn load_timings(&self) -> Option<LoadTimings> {
+        self.load_timings
     }
 
     /// `checkpoint` (reference forward) or `bundle`.
@@ -309,14 +329,14 @@ impl Engine {
     }
 
     /// Runs one request on a session of its own (a kept one when the prompt extends its ids).
-    /// `on_text` sees released text as soon as it is complete (stop strings held back); it or
-    /// `cancel` stops generation with [`RuntimeError::Cancelled`], and the session is kept for
-    /// reuse either way.
+    /// `on_text` sees released text as soon as it is complete (stop strings held back), with the
+    /// log-probabilities of the tokens that made it (when asked for); it or `cancel` stops
+    /// generation with [`RuntimeError::Cancelled`], and the session is kept for reuse either way.
     pub fn complete(
         &self,
         request: &CompletionRequest,
         cancel: &AtomicBool,
-        on_text: &mut dyn FnMut(&str) -> Result<(), RuntimeError>,
+        on_text: &mut OnText<'_>,
     ) -> Result<Completion, RuntimeError> {
         let started = Instant::now();
         let prompt = &request.prompt_ids;
@@ -341,7 +361,10 @@ impl Engine {
         let mut first_token_at = None;
         let mut stopped_by_string = false;
         let mut generated = Vec::new();
-        let mut on_token = |id: u32| -> Result<(), RuntimeError> {
+        // Log-probabilities of tokens whose text is not released yet, and of the released ones.
+        let mut pending: Vec<TokenLogprob> = Vec::new();
+        let mut logprobs: Vec<TokenLogprob> = Vec::new();
+        let mut on_token = |id: u32, logits: &[f32]| -> Result<(), RuntimeError> {
             first_token_at.get_or_insert_with(Instant::now);
             generated.push(id);
             if cancel.load(Ordering::Relaxed) {
@@ -349,6 +372,9 @@ impl Engine {
             }
             if self.stop_ids.contains(&id) {
                 return Ok(());
+            }
+            if let Some(top) = request.logprobs {
+                pending.push(token_logprob(logits, id, top));
             }
             let piece = match stream.as_mut() {
                 Some(s) => s.push(id)?,
@@ -358,7 +384,8 @@ impl Engine {
                 let (release, stopped) = filter.push(&piece);
                 if !release.is_empty() {
                     text.push_str(&release);
-                    on_text(&release)?;
+                    on_text(&release, &pending)?;
+                    logprobs.append(&mut pending);
                 }
                 if stopped {
                     stopped_by_string = true;
@@ -367,7 +394,8 @@ impl Engine {
             }
             Ok(())
         };
-        let result = continue_generation(session.as_mut(), prompt, &options, &mut on_token);
+        let result =
+            continue_generation_observed(session.as_mut(), prompt, &options, &mut on_token);
         match result {
             Ok(_) => {}
             Err(RuntimeError::Cancelled) if stopped_by_string => {}
@@ -388,12 +416,14 @@ impl Engine {
             } {
                 let (release, _) = filter.push(&rest);
                 text.push_str(&release);
-                on_text(&release)?;
+                on_text(&release, &pending)?;
+                logprobs.append(&mut pending);
             }
             let rest = filter.finish();
-            if !rest.is_empty() {
+            if !rest.is_empty() || !pending.is_empty() {
                 text.push_str(&rest);
-                on_text(&rest)?;
+                on_text(&rest, &pending)?;
+                logprobs.append(&mut pending);
             }
         }
         let first = first_token_at.unwrap_or_else(Instant::now);
@@ -405,6 +435,7 @@ impl Engine {
             cached_tokens: held_before,
             generated_ids: generated,
             finish_reason,
+            logprobs,
             ttft_seconds: first.duration_since(started).as_secs_f64(),
             decode_seconds: first.elapsed().as_secs_f64(),
         })
@@ -486,6 +517,7 @@ impl PipelineTask for LeakPipeline {
         Option<TokenizerBundle>,
         Vec<u32>,
         usize,
+        LoadTimings,
     );
 
     fn run<B: Backend>(self, pipeline: Pipeline<B>) -> Self::Output {
@@ -505,6 +537,7 @@ impl PipelineTask for LeakPipeline {
             tokenizer,
             pipeline.stop_ids(),
             pipeline.context(),
+            pipeline.load_timings(),
         )
     }
 }

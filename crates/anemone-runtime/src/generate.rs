@@ -99,6 +99,20 @@ pub fn continue_generation(
     options: &GenerationOptions,
     on_token: &mut dyn FnMut(u32) -> Result<(), RuntimeError>,
 ) -> Result<Generation, RuntimeError> {
+    continue_generation_observed(model, prompt_ids, options, &mut |id, _| on_token(id))
+}
+
+/// A per-token callback that also sees the logits the token was chosen from.
+pub type ObservedToken<'a> = dyn FnMut(u32, &[f32]) -> Result<(), RuntimeError> + 'a;
+
+/// [`continue_generation`] whose callback also sees the logits each token was chosen from
+/// (for log-probabilities), without keeping them.
+pub fn continue_generation_observed(
+    model: &mut dyn LogitsModel,
+    prompt_ids: &[u32],
+    options: &GenerationOptions,
+    on_token: &mut ObservedToken<'_>,
+) -> Result<Generation, RuntimeError> {
     let steps = check_request(model, prompt_ids, options)?;
     let held = model.position();
     if held >= prompt_ids.len() {
@@ -137,7 +151,7 @@ pub fn continue_generation(
             captured.extend_from_slice(&logits);
         }
         generated_ids.push(token);
-        on_token(token)?;
+        on_token(token, &logits)?;
         if options.force_ids.is_none() && options.stop_ids.contains(&token) {
             stop_reason = StopReason::Eos;
             break;

@@ -17,10 +17,12 @@
 pub mod backend;
 pub mod chat;
 pub mod encoder;
+pub mod encoder_backend;
 pub mod engine;
 pub mod error;
 pub mod gate;
 pub mod generate;
+pub mod logprobs;
 pub mod model;
 pub use anemone_backend::npy;
 pub mod pipeline;

@@ -3,9 +3,11 @@
 //! The async code lives here only; generation, sessions, prefix reuse and sampling stay in
 //! `anemone-runtime`.
 
+pub mod embeddings;
 pub mod loadgen;
+pub mod logprobs;
 pub mod metrics;
 pub mod openai;
 pub mod server;
 
-pub use server::{serve, ServeConfig};
+pub use server::{serve, Models, ServeConfig};

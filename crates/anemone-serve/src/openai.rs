@@ -119,9 +119,25 @@ pub struct Sampling {
     pub seed: Option<i64>,
     pub stop: Option<Stop>,
     pub n: Option<i64>,
+    /// Chat: `true`/`false`; completions: how many alternatives (0..=5).
     #[serde(default)]
     pub logprobs: Option<serde_json::Value>,
+    /// Chat only: alternatives per token (0..=20; needs `logprobs: true`).
+    #[serde(default)]
+    pub top_logprobs: Option<serde_json::Value>,
 }
+
+/// Which endpoint's `logprobs` convention a request follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogprobsStyle {
+    /// `/v1/chat/completions`: `logprobs: bool` and `top_logprobs: 0..=20`.
+    Chat,
+    /// `/v1/completions` (legacy): `logprobs: 0..=5`, the number of alternatives.
+    Completion,
+}
+
+/// Most alternatives `/v1/completions` returns per token (OpenAI's limit).
+pub const MAX_COMPLETION_LOGPROBS: i64 = 5;
 
 #[derive(Debug, Deserialize)]
 pub struct ChatRequest {
@@ -218,25 +234,18 @@ pub struct Checked {
     pub top_p: Option<f32>,
     pub seed: Option<u64>,
     pub stop: Vec<String>,
+    pub logprobs: Option<usize>,
 }
 
 impl Sampling {
-    pub fn check(&self) -> Result<Checked, ApiError> {
+    pub fn check(&self, style: LogprobsStyle) -> Result<Checked, ApiError> {
+        let logprobs = self.check_logprobs(style)?;
         if let Some(n) = self.n {
             if n != 1 {
                 return Err(ApiError::invalid(
                     "n",
                     format!("n = {n}: only n = 1 is supported"),
                 ));
-            }
-        }
-        match &self.logprobs {
-            None | Some(serde_json::Value::Null) | Some(serde_json::Value::Bool(false)) => {}
-            Some(_) => {
-                return Err(ApiError::invalid(
-                    "logprobs",
-                    "logprobs are not supported by this server yet",
-                ))
             }
         }
         let max_tokens = match (self.max_completion_tokens, self.max_tokens) {
@@ -302,6 +311,64 @@ impl Sampling {
             top_p,
             seed,
             stop,
+            logprobs,
         })
+    }
+
+    /// `None`: no log-probabilities; `Some(n)`: the chosen token's and `n` alternatives.
+    fn check_logprobs(&self, style: LogprobsStyle) -> Result<Option<usize>, ApiError> {
+        use serde_json::Value;
+        let int = |param: &'static str, v: &Value, max: i64| -> Result<usize, ApiError> {
+            match v.as_i64() {
+                Some(n) if (0..=max).contains(&n) => Ok(n as usize),
+                Some(_) | None => Err(ApiError::invalid(
+                    param,
+                    format!("{param} = {v}: must be an integer from 0 to {max}"),
+                )),
+            }
+        };
+        let top = match &self.top_logprobs {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(v),
+        };
+        match style {
+            LogprobsStyle::Chat => {
+                let on = match &self.logprobs {
+                    None | Some(Value::Null) | Some(Value::Bool(false)) => false,
+                    Some(Value::Bool(true)) => true,
+                    Some(v) => {
+                        return Err(ApiError::invalid(
+                            "logprobs",
+                            format!("logprobs = {v}: must be true or false (chat completions)"),
+                        ))
+                    }
+                };
+                let max = anemone_runtime::logprobs::MAX_TOP_LOGPROBS as i64;
+                match (on, top) {
+                    (true, Some(v)) => Ok(Some(int("top_logprobs", v, max)?)),
+                    (true, None) => Ok(Some(0)),
+                    (false, Some(v)) => Err(ApiError::invalid(
+                        "top_logprobs",
+                        format!("top_logprobs = {v} needs logprobs: true"),
+                    )),
+                    (false, None) => Ok(None),
+                }
+            }
+            LogprobsStyle::Completion => {
+                if let Some(v) = top {
+                    return Err(ApiError::invalid(
+                        "top_logprobs",
+                        format!(
+                            "top_logprobs = {v}: not a field of /v1/completions (its `logprobs` \
+                             is the number of alternatives, 0 to {MAX_COMPLETION_LOGPROBS})"
+                        ),
+                    ));
+                }
+                match &self.logprobs {
+                    None | Some(Value::Null) => Ok(None),
+                    Some(v) => Ok(Some(int("logprobs", v, MAX_COMPLETION_LOGPROBS)?)),
+                }
+            }
+        }
     }
 }

@@ -7,7 +7,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use anemone_runtime::encoder::Encoder;
 use anemone_runtime::engine::{Completion, CompletionRequest, Engine, Prompt};
+use anemone_runtime::logprobs::TokenLogprob;
 use anemone_runtime::{RuntimeError, SamplerConfig};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -21,8 +23,11 @@ use axum::{Json, Router};
 use serde_json::json;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
+use crate::logprobs::LogprobsWriter;
 use crate::metrics::Metrics;
-use crate::openai::{ApiError, ChatRequest, Checked, CompletionRequest as OaCompletion, Sampling};
+use crate::openai::{
+    ApiError, ChatRequest, Checked, CompletionRequest as OaCompletion, LogprobsStyle, Sampling,
+};
 
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
@@ -38,8 +43,16 @@ pub struct ServeConfig {
     pub shutdown_grace: Duration,
 }
 
-struct AppState {
+/// The models served, by name: decoders (completions) and encoders (embeddings).
+#[derive(Default)]
+pub struct Models {
+    pub decoders: BTreeMap<String, Arc<Engine>>,
+    pub encoders: BTreeMap<String, Arc<Encoder>>,
+}
+
+pub(crate) struct AppState {
     models: BTreeMap<String, Arc<Engine>>,
+    pub(crate) encoders: BTreeMap<String, Arc<Encoder>>,
     config: ServeConfig,
     permits: Arc<Semaphore>,
     metrics: Metrics,
@@ -47,14 +60,14 @@ struct AppState {
     created: u64,
 }
 
-type Shared = Arc<AppState>;
+pub(crate) type Shared = Arc<AppState>;
 
 /// Serves `models` until SIGTERM or ctrl-c; then stops accepting, lets in-flight work finish
 /// within the grace period (cancelling what remains) and returns. `on_listening` gets the bound
 /// address (port 0 picks a free one).
 pub async fn serve(
     config: ServeConfig,
-    models: BTreeMap<String, Arc<Engine>>,
+    models: Models,
     on_listening: impl FnOnce(SocketAddr),
 ) -> std::io::Result<()> {
     let listener = tokio::net::TcpListener::bind(config.addr).await?;
@@ -62,7 +75,8 @@ pub async fn serve(
     let shutting_down = Arc::new(AtomicBool::new(false));
     let state = Arc::new(AppState {
         permits: Arc::new(Semaphore::new(config.max_sessions.max(1))),
-        models,
+        models: models.decoders,
+        encoders: models.encoders,
         metrics: Metrics::default(),
         shutting_down: Arc::clone(&shutting_down),
         created: SystemTime::now()
@@ -112,7 +126,7 @@ fn router(state: Shared) -> Router {
     let authed = Router::new()
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/completions", post(completions))
-        .route("/v1/embeddings", post(embeddings))
+        .route("/v1/embeddings", post(crate::embeddings::embeddings))
         .route("/v1/models", get(list_models))
         .route("/metrics", get(metrics))
         .route_layer(middleware::from_fn_with_state(Arc::clone(&state), auth));
@@ -160,6 +174,10 @@ async fn list_models(State(state): State<Shared>) -> Json<serde_json::Value> {
             json!({"id": name, "object": "model", "created": state.created, "owned_by": "anemone",
                    "kind": engine.kind(), "context_length": engine.context_len()})
         })
+        .chain(state.encoders.keys().map(|name| {
+            json!({"id": name, "object": "model", "created": state.created, "owned_by": "anemone",
+                   "kind": "encoder"})
+        }))
         .collect();
     Json(json!({"object": "list", "data": data}))
 }
@@ -178,26 +196,11 @@ async fn metrics(State(state): State<Shared>) -> Response {
         .into_response()
 }
 
-/// `/v1/embeddings`: the place encoder models will be served; every model served now is a
-/// decoder.
-async fn embeddings(State(state): State<Shared>, body: Result<Bytes, BytesRejection>) -> Response {
-    let result = (|| {
-        let value: serde_json::Value = parse(body)?;
-        let name = value.get("model").and_then(|m| m.as_str()).unwrap_or("");
-        find_model(&state, name)?;
-        Err::<(), _>(ApiError::invalid(
-            "model",
-            format!("model `{name}` is a decoder; /v1/embeddings serves encoder models"),
-        ))
-    })();
-    respond(
-        &state,
-        "/v1/embeddings",
-        result.map(|()| StatusCode::OK.into_response()),
-    )
-}
-
-fn respond(state: &AppState, endpoint: &str, result: Result<Response, ApiError>) -> Response {
+pub(crate) fn respond(
+    state: &AppState,
+    endpoint: &str,
+    result: Result<Response, ApiError>,
+) -> Response {
     let response = result.unwrap_or_else(IntoResponse::into_response);
     state
         .metrics
@@ -205,7 +208,7 @@ fn respond(state: &AppState, endpoint: &str, result: Result<Response, ApiError>)
     response
 }
 
-fn parse<T: serde::de::DeserializeOwned>(
+pub(crate) fn parse<T: serde::de::DeserializeOwned>(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<T, ApiError> {
     let bytes = body.map_err(|rejection| {
@@ -226,9 +229,30 @@ fn parse<T: serde::de::DeserializeOwned>(
     })
 }
 
+/// The decoder `name` (404 when nothing is served under it; 400 for an encoder).
 fn find_model(state: &AppState, name: &str) -> Result<Arc<Engine>, ApiError> {
-    state.models.get(name).cloned().ok_or_else(|| {
-        let known: Vec<&str> = state.models.keys().map(String::as_str).collect();
+    if state.encoders.contains_key(name) {
+        return Err(ApiError::invalid(
+            "model",
+            format!("model `{name}` is an encoder: it serves /v1/embeddings, not text generation"),
+        ));
+    }
+    state
+        .models
+        .get(name)
+        .cloned()
+        .ok_or_else(|| unknown_model(state, name))
+}
+
+/// 404 naming the model and every served one.
+pub(crate) fn unknown_model(state: &AppState, name: &str) -> ApiError {
+    {
+        let known: Vec<&str> = state
+            .models
+            .keys()
+            .chain(state.encoders.keys())
+            .map(String::as_str)
+            .collect();
         ApiError {
             param: Some("model"),
             ..ApiError::new(
@@ -241,7 +265,12 @@ fn find_model(state: &AppState, name: &str) -> Result<Arc<Engine>, ApiError> {
             )
         }
         .with_code("model_not_found")
-    })
+    }
+}
+
+/// Whether a decoder is served as `name`.
+pub(crate) fn is_decoder(state: &AppState, name: &str) -> bool {
+    state.models.contains_key(name)
 }
 
 #[derive(Clone, Copy)]
@@ -251,6 +280,13 @@ enum Api {
 }
 
 impl Api {
+    fn logprobs_style(self) -> LogprobsStyle {
+        match self {
+            Api::Chat => LogprobsStyle::Chat,
+            Api::Text => LogprobsStyle::Completion,
+        }
+    }
+
     fn endpoint(self) -> &'static str {
         match self {
             Api::Chat => "/v1/chat/completions",
@@ -287,7 +323,12 @@ struct Job {
     include_usage: bool,
 }
 
-fn prepare(state: &AppState, sampling: Sampling, prompt: Prompt) -> Result<Job, ApiError> {
+fn prepare(
+    state: &AppState,
+    api: Api,
+    sampling: Sampling,
+    prompt: Prompt,
+) -> Result<Job, ApiError> {
     let engine = find_model(state, &sampling.model)?;
     let Checked {
         max_tokens,
@@ -295,7 +336,8 @@ fn prepare(state: &AppState, sampling: Sampling, prompt: Prompt) -> Result<Job, 
         top_p,
         seed,
         stop,
-    } = sampling.check()?;
+        logprobs,
+    } = sampling.check(api.logprobs_style())?;
     let prompt_param = match prompt {
         Prompt::Chat(_) => "messages",
         Prompt::Text(_) | Prompt::Ids(_) => "prompt",
@@ -351,6 +393,7 @@ fn prepare(state: &AppState, sampling: Sampling, prompt: Prompt) -> Result<Job, 
                 seed,
             },
             stop,
+            logprobs,
         },
         model: sampling.model,
         stream: sampling.stream,
@@ -377,7 +420,7 @@ impl Drop for Queued<'_> {
     }
 }
 
-async fn admit(state: &AppState) -> Result<OwnedSemaphorePermit, ApiError> {
+pub(crate) async fn admit(state: &AppState) -> Result<OwnedSemaphorePermit, ApiError> {
     if let Ok(permit) = Arc::clone(&state.permits).try_acquire_owned() {
         return Ok(permit);
     }
@@ -413,7 +456,8 @@ async fn admit(state: &AppState) -> Result<OwnedSemaphorePermit, ApiError> {
 }
 
 enum Update {
-    Text(String),
+    /// Released text and, when asked for, the `logprobs` object of its tokens.
+    Text(String, Option<serde_json::Value>),
     Done(Result<Completion, RuntimeError>),
 }
 
@@ -422,7 +466,7 @@ async fn run_request(
     api: Api,
     prepared: Result<(Sampling, Prompt), ApiError>,
 ) -> Response {
-    let job = match prepared.and_then(|(s, p)| prepare(&state, s, p)) {
+    let job = match prepared.and_then(|(s, p)| prepare(&state, api, s, p)) {
         Ok(job) => job,
         Err(e) => return respond(&state, api.endpoint(), Err(e)),
     };
@@ -432,7 +476,7 @@ async fn run_request(
     };
     let cancel = Arc::new(AtomicBool::new(false));
     let (tx, rx) = mpsc::channel::<Update>(32);
-    spawn_generation(&state, &job, Arc::clone(&cancel), tx, permit);
+    spawn_generation(&state, api, &job, Arc::clone(&cancel), tx, permit);
     let guard = CancelOnDrop(cancel);
     let id = format!(
         "{}-{}",
@@ -449,13 +493,19 @@ async fn run_request(
     let result = collect(rx).await;
     drop(guard);
     let response = result
-        .map(|c| Json(full_body(api, &job.model, &id, state.created, &c)).into_response())
+        .map(|c| {
+            let logprobs = job.request.logprobs.map(|_| {
+                LogprobsWriter::new(&job.engine, api.logprobs_style()).render(&c.logprobs)
+            });
+            Json(full_body(api, &job.model, &id, state.created, &c, logprobs)).into_response()
+        })
         .map_err(|e| generation_error(&e));
     respond(&state, api.endpoint(), response)
 }
 
 fn spawn_generation(
     state: &Shared,
+    api: Api,
     job: &Job,
     cancel: Arc<AtomicBool>,
     tx: mpsc::Sender<Update>,
@@ -468,12 +518,15 @@ fn spawn_generation(
     tokio::task::spawn_blocking(move || {
         state.metrics.active.fetch_add(1, Ordering::Relaxed);
         let shutdown = Arc::clone(&state.shutting_down);
-        let mut on_text = |piece: &str| -> Result<(), RuntimeError> {
+        let mut writer = LogprobsWriter::new(&engine, api.logprobs_style());
+        let with_logprobs = request.logprobs.is_some();
+        let mut on_text = |piece: &str, logprobs: &[TokenLogprob]| -> Result<(), RuntimeError> {
             if shutdown.load(Ordering::Relaxed) || tx.is_closed() {
                 return Err(RuntimeError::Cancelled);
             }
             if stream {
-                tx.blocking_send(Update::Text(piece.to_string()))
+                let logprobs = with_logprobs.then(|| writer.render(logprobs));
+                tx.blocking_send(Update::Text(piece.to_string(), logprobs))
                     .map_err(|_| RuntimeError::Cancelled)?;
             }
             Ok(())
@@ -542,18 +595,26 @@ fn usage(c: &Completion) -> serde_json::Value {
     })
 }
 
-fn full_body(api: Api, model: &str, id: &str, created: u64, c: &Completion) -> serde_json::Value {
+fn full_body(
+    api: Api,
+    model: &str,
+    id: &str,
+    created: u64,
+    c: &Completion,
+    logprobs: Option<serde_json::Value>,
+) -> serde_json::Value {
     let finish = c.finish_reason.name();
     match api {
         Api::Chat => json!({
             "id": id, "object": "chat.completion", "created": created, "model": model,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": c.text},
-                         "logprobs": null, "finish_reason": finish}],
+                         "logprobs": logprobs, "finish_reason": finish}],
             "usage": usage(c),
         }),
         Api::Text => json!({
             "id": id, "object": "text_completion", "created": created, "model": model,
-            "choices": [{"index": 0, "text": c.text, "logprobs": null, "finish_reason": finish}],
+            "choices": [{"index": 0, "text": c.text, "logprobs": logprobs,
+                         "finish_reason": finish}],
             "usage": usage(c),
         }),
     }
@@ -565,6 +626,7 @@ fn chunk(
     id: &str,
     text: Option<&str>,
     finish: Option<&str>,
+    logprobs: Option<serde_json::Value>,
 ) -> serde_json::Value {
     match api {
         Api::Chat => {
@@ -574,10 +636,12 @@ fn chunk(
                 None => json!({}),
             };
             json!({"id": id, "object": "chat.completion.chunk", "created": 0, "model": model,
-                   "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}]})
+                   "choices": [{"index": 0, "delta": delta, "logprobs": logprobs,
+                                "finish_reason": finish}]})
         }
         Api::Text => json!({"id": id, "object": "text_completion", "created": 0, "model": model,
-                   "choices": [{"index": 0, "text": text.unwrap_or(""), "logprobs": null, "finish_reason": finish}]}),
+                   "choices": [{"index": 0, "text": text.unwrap_or(""), "logprobs": logprobs,
+                                "finish_reason": finish}]}),
     }
 }
 
@@ -592,7 +656,7 @@ fn stream_response(
 ) -> Sse<impl futures_util::Stream<Item = Result<Event, std::convert::Infallible>>> {
     let model = job.model;
     let include_usage = job.include_usage;
-    let first = matches!(api, Api::Chat).then(|| chunk(api, &model, &id, None, None));
+    let first = matches!(api, Api::Chat).then(|| chunk(api, &model, &id, None, None, None));
     let state = (rx, guard, first, false, Vec::<Event>::new());
     let events = futures_util::stream::unfold(
         state,
@@ -612,19 +676,18 @@ fn stream_response(
                     return None;
                 }
                 let event = match rx.recv().await {
-                    Some(Update::Text(t)) => {
-                        Event::default().data(chunk(api, &model, &id, Some(&t), None).to_string())
-                    }
+                    Some(Update::Text(t, logprobs)) => Event::default()
+                        .data(chunk(api, &model, &id, Some(&t), None, logprobs).to_string()),
                     Some(Update::Done(Ok(c))) => {
                         // Sent in reverse: `pending` is popped from the end.
                         pending.push(Event::default().data("[DONE]"));
                         if include_usage {
-                            let mut u = chunk(api, &model, &id, None, None);
+                            let mut u = chunk(api, &model, &id, None, None, None);
                             u["choices"] = json!([]);
                             u["usage"] = usage(&c);
                             pending.push(Event::default().data(u.to_string()));
                         }
-                        let end = chunk(api, &model, &id, None, Some(c.finish_reason.name()));
+                        let end = chunk(api, &model, &id, None, Some(c.finish_reason.name()), None);
                         return Some((
                             Ok(Event::default().data(end.to_string())),
                             (rx, guard, None, true, pending),

@@ -35,8 +35,11 @@ enum Command {
 
 fn main() -> ExitCode {
     restore_default_sigpipe();
-    clean_up_on_termination();
     let cli = Cli::parse();
+    // `serve` handles SIGINT/SIGTERM itself (stop accepting, drain, exit 0) and stages nothing.
+    if !matches!(cli.command, Command::Serve(_)) {
+        clean_up_on_termination();
+    }
     init_logging(cli.verbose);
     let result = match cli.command {
         Command::Generate(args) => cmd::generate::run(args),

@@ -121,8 +121,21 @@ pub(crate) struct LoadedChunk<P> {
     pub end_layer: usize,
 }
 
+/// Where the time of [`Pipeline::open`] went, seconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct LoadTimings {
+    /// Reading the manifest and checking every file's sha256 (0 with `verify_hashes` off).
+    pub verify_s: f64,
+    /// Host weights (embedding, final norm, LM head) and the tokenizer.
+    pub host_s: f64,
+    /// Every package loaded on the backend: the executor parses it; Core ML compiles it (or
+    /// takes it from its compiled-model cache) and loads it.
+    pub packages_s: f64,
+}
+
 /// A bundle loaded on a backend.
 pub struct Pipeline<B: Backend> {
+    load_timings: LoadTimings,
     backend: B,
     dir: PathBuf,
     manifest: Manifest,
@@ -150,6 +163,7 @@ impl<B: Backend> Pipeline<B> {
     /// Reads `dir/anemone.json`, checks every file's sha256 (unless disabled), loads the host
     /// weights, the tokenizer and every package on `backend`.
     pub fn open(dir: &Path, backend: B, options: &PipelineOptions) -> Result<Self, PipelineError> {
+        let opened = std::time::Instant::now();
         let manifest = bundle::read_manifest(dir)?;
         if options.verify_hashes {
             let failures: Vec<FileCheck> = bundle::verify_files(dir, &manifest)?
@@ -167,8 +181,12 @@ impl<B: Backend> Pipeline<B> {
         if options.verify_hashes {
             check_signatures(dir, &manifest)?;
         }
+        let verify_s = opened.elapsed().as_secs_f64();
+        let host_started = std::time::Instant::now();
         let host = HostWeights::load(dir, &manifest)?;
         let tokenizer = host::load_tokenizer(dir, &manifest)?;
+        let host_s = host_started.elapsed().as_secs_f64();
+        let packages_started = std::time::Instant::now();
         let activation_dtype = manifest.conversion.precision.dtype();
         let mut chunks = Vec::with_capacity(manifest.chunks.len());
         for entry in &manifest.chunks {
@@ -198,6 +216,7 @@ impl<B: Backend> Pipeline<B> {
             }
             None => None,
         };
+        let packages_s = packages_started.elapsed().as_secs_f64();
         let host_pool = match options.host_threads {
             Some(threads) => Some(
                 rayon::ThreadPoolBuilder::new()
@@ -212,6 +231,11 @@ impl<B: Backend> Pipeline<B> {
             None => None,
         };
         Ok(Pipeline {
+            load_timings: LoadTimings {
+                verify_s,
+                host_s,
+                packages_s,
+            },
             host_pool,
             backend,
             dir: dir.to_path_buf(),
@@ -231,6 +255,11 @@ impl<B: Backend> Pipeline<B> {
 
     pub fn manifest(&self) -> &Manifest {
         &self.manifest
+    }
+
+    /// Where the time of [`Pipeline::open`] went.
+    pub fn load_timings(&self) -> LoadTimings {
+        self.load_timings
     }
 
     pub fn dir(&self) -> &Path {

@@ -109,7 +109,7 @@ fn run_local(args: &BenchArgs, path: &Path) -> Result<()> {
         }
         (None, false) => Precision::Fp32,
     };
-    let model_hash = hash_model(path)?;
+    let hashes = model_hashes(path, is_bundle)?;
     let mut results = Vec::new();
     for kind in kinds {
         let choice = args.coreml.choice(kind, precision, args.threads);
@@ -117,6 +117,7 @@ fn run_local(args: &BenchArgs, path: &Path) -> Result<()> {
         let engine = Engine::open(path, &choice, 0, !args.no_verify)
             .with_context(|| format!("loading {}", path.display()))?;
         let load_s = started.elapsed().as_secs_f64();
+        let load_timings = engine.load_timings();
         let vocab = engine.vocab_size() as u32;
         let prompt: Vec<u32> = (0..args.prompt_len.max(1) as u32)
             .map(|i| (i * 7919 + 13) % vocab)
@@ -136,16 +137,38 @@ fn run_local(args: &BenchArgs, path: &Path) -> Result<()> {
             bar.inc(1);
         }
         bar.finish_and_clear();
-        results.push(summary(label(is_bundle, kind), load_s, &runs));
+        let mut result = summary(label(is_bundle, kind), load_s, &runs);
+        // Load and compile apart: the executor interprets packages and compiles nothing; Core ML
+        // compiles (or takes from its cache) inside the package load, `load.packages_s`.
+        result["load"] = match load_timings {
+            Some(t) => json!({"verify_hashes_s": t.verify_s, "host_weights_s": t.host_s,
+                              "packages_s": t.packages_s}),
+            None => json!({"checkpoint_s": load_s}),
+        };
+        result["compile_s"] = match kind {
+            BackendKind::Executor => json!(0.0),
+            #[cfg(target_vendor = "apple")]
+            BackendKind::CoreMl => json!(null),
+        };
+        results.push(result);
     }
     let peak_rss = peak_rss_bytes();
     if args.json {
-        let report = json!({
-            "machine": machine(), "os": std::env::consts::OS, "arch": std::env::consts::ARCH,
-            "commit": commit(), "model": path, "model_sha256": model_hash,
-            "prompt_len": args.prompt_len, "gen": args.gen, "runs": args.runs, "warmup": args.warmup,
-            "threads": args.threads, "peak_rss_bytes": peak_rss, "results": results,
-        });
+        let mut report = provenance();
+        report["model"] = json!(path);
+        report["model_sha256"] = json!(hashes.model);
+        report["bundle_sha256"] = json!(hashes.bundle);
+        for (key, value) in [
+            ("prompt_len", json!(args.prompt_len)),
+            ("gen", json!(args.gen)),
+            ("runs", json!(args.runs)),
+            ("warmup", json!(args.warmup)),
+            ("threads", json!(args.threads)),
+            ("peak_rss_bytes", json!(peak_rss)),
+            ("results", json!(results)),
+        ] {
+            report[key] = value;
+        }
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         println!(
@@ -247,9 +270,11 @@ fn run_url(args: &BenchArgs, url: String) -> Result<()> {
     if args.json {
         println!(
             "{}",
-            serde_json::to_string_pretty(
-                &json!({"machine": machine(), "os": std::env::consts::OS, "commit": commit(), "report": report})
-            )?
+            serde_json::to_string_pretty(&{
+                let mut out = provenance();
+                out["report"] = json!(report);
+                out
+            })?
         );
     } else {
         println!(
@@ -270,6 +295,33 @@ fn run_url(args: &BenchArgs, url: String) -> Result<()> {
         }
     }
     Ok(())
+}
+
+struct Hashes {
+    /// The checkpoint's: its file, its directory's files in name order, or (for a bundle) the
+    /// manifest's record of the files it was converted from.
+    model: String,
+    /// A bundle's: its manifest, which lists every file's sha256.
+    bundle: Option<String>,
+}
+
+fn model_hashes(path: &Path, is_bundle: bool) -> Result<Hashes> {
+    if !is_bundle {
+        return Ok(Hashes {
+            model: hash_model(path)?,
+            bundle: None,
+        });
+    }
+    let manifest = anemone_models::bundle::read_manifest(path)?;
+    let mut hasher = sha2::Sha256::new();
+    for source in &manifest.provenance {
+        hasher.update(serde_json::to_string(source)?.as_bytes());
+        hasher.update(b"\n");
+    }
+    Ok(Hashes {
+        model: hex::encode(hasher.finalize()),
+        bundle: Some(hash_model(path)?),
+    })
 }
 
 /// sha256 of a file, of a bundle's manifest (which lists every file's sha256), or of a checkpoint
@@ -304,6 +356,46 @@ fn hash_model(path: &Path) -> Result<String> {
     Ok(hex::encode(hasher.finalize()))
 }
 
+/// What every report carries: machine, OS, anemone's version and commit, and the load average
+/// when it started (figures depend on it).
+fn provenance() -> serde_json::Value {
+    json!({
+        "machine": machine(),
+        "os": std::env::consts::OS,
+        "os_version": os_version(),
+        "kernel": read_trimmed("/proc/sys/kernel/osrelease"),
+        "arch": std::env::consts::ARCH,
+        "anemone_version": env!("CARGO_PKG_VERSION"),
+        "commit": commit(),
+        "load_average": read_trimmed("/proc/loadavg")
+            .map(|l| l.split_whitespace().take(3).map(str::to_string).collect::<Vec<_>>()),
+    })
+}
+
+fn read_trimmed(path: &str) -> Option<String> {
+    std::fs::read_to_string(path)
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+fn os_version() -> Option<String> {
+    if cfg!(target_os = "macos") {
+        let out = std::process::Command::new("sw_vers")
+            .arg("-productVersion")
+            .output()
+            .ok()?;
+        return Some(format!(
+            "macOS {}",
+            String::from_utf8_lossy(&out.stdout).trim()
+        ));
+    }
+    let release = std::fs::read_to_string("/etc/os-release").ok()?;
+    release.lines().find_map(|l| {
+        l.strip_prefix("PRETTY_NAME=")
+            .map(|v| v.trim_matches('"').to_string())
+    })
+}
+
 fn machine() -> serde_json::Value {
     let cpu = std::fs::read_to_string("/proc/cpuinfo").ok().and_then(|s| {
         s.lines()
@@ -312,17 +404,34 @@ fn machine() -> serde_json::Value {
             .map(|s| s.trim().to_string())
     });
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    json!({"cpu": cpu, "cores": cores})
+    let memory_bytes = std::fs::read_to_string("/proc/meminfo").ok().and_then(|s| {
+        s.lines()
+            .find_map(|l| l.strip_prefix("MemTotal:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map(|kib| kib * 1024)
+    });
+    json!({"cpu": cpu, "cores": cores, "memory_bytes": memory_bytes})
 }
 
+/// The commit of the checkout the running binary was built in (git run beside the executable,
+/// not in the working directory), with `-dirty` when tracked files differ from it.
 fn commit() -> Option<String> {
-    let out = std::process::Command::new("git")
-        .args(["rev-parse", "--short", "HEAD"])
-        .output()
-        .ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    let exe = std::env::current_exe().ok()?;
+    let dir = exe.parent()?;
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    let head = git(&["rev-parse", "HEAD"])?;
+    let dirty =
+        git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
+    Some(if dirty { format!("{head}-dirty") } else { head })
 }
 
 /// Peak resident set size of this process, bytes (0 where unknown).

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use anemone_mil::Precision;
+use anemone_runtime::backend::BackendKind;
 use anemone_runtime::encoder::{Embedded, Encoder};
 use anemone_runtime::gate::encoder::read_lines;
 use anyhow::{bail, Context, Result};
@@ -12,8 +13,8 @@ use clap::Args;
 /// Inputs and model shared by `embed` and `classify`.
 #[derive(Debug, Args)]
 pub struct EncoderInputArgs {
-    /// A Hugging Face encoder directory (runs the fp32 reference) or an encoder bundle (runs the
-    /// executor).
+    /// A Hugging Face encoder directory (runs the fp32 reference) or an encoder bundle (runs on
+    /// --backend).
     pub model: PathBuf,
 
     /// An input text (repeat for several).
@@ -27,6 +28,17 @@ pub struct EncoderInputArgs {
     /// Executor precision for bundles.
     #[arg(long, default_value = "fp16")]
     pub precision: Precision,
+
+    /// Bundles only: the engine that runs the package (default: Core ML on Apple systems, the
+    /// executor elsewhere).
+    #[arg(long, value_parser = super::backend_parser())]
+    pub backend: Option<BackendKind>,
+    #[command(flatten)]
+    pub coreml: super::CoreMlArgs,
+
+    /// Bundles only: threads per forward pass (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
 
     /// Machine-readable output.
     #[arg(long)]
@@ -47,7 +59,19 @@ impl EncoderInputArgs {
 
     fn run(&self) -> Result<(Encoder, Vec<String>, Vec<Embedded>)> {
         let texts = self.texts()?;
-        let encoder = Encoder::open(&self.model, self.precision)
+        let is_bundle = self
+            .model
+            .join(anemone_models::bundle::MANIFEST_FILE)
+            .is_file();
+        if !is_bundle && self.backend.is_some() {
+            bail!(
+                "--backend applies to bundles; {} is a checkpoint (runs the fp32 reference)",
+                self.model.display()
+            );
+        }
+        let kind = self.backend.unwrap_or_else(BackendKind::for_bundles);
+        let choice = self.coreml.choice(kind, self.precision, self.threads);
+        let encoder = Encoder::open_on(&self.model, &choice)
             .with_context(|| format!("opening {}", self.model.display()))?;
         let ids = encoder.tokenize(&texts)?;
         let results = encoder.embed_ids(&ids)?;
@@ -61,6 +85,7 @@ impl EncoderInputArgs {
 /// Examples:
 ///   anemone embed models/all-minilm-l6-v2 --text "Paris is the capital of France."
 ///   anemone embed minilm.bundle --file sentences.txt --json > embeddings.json
+///   anemone embed minilm.bundle --backend executor --threads 2 --text "hello"
 ///
 /// Each input runs in the smallest length bucket of the bundle that holds it; an input longer
 /// than the largest bucket is an error naming both lengths (never truncated). Empty or

@@ -2,6 +2,8 @@
 //! from `anemone-testkit`.
 #![allow(dead_code)] // each test binary uses its own subset
 
+pub mod serve;
+
 use std::process::{Command, Output};
 
 /// Runs the `anemone` binary built for these tests.
