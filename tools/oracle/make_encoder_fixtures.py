@@ -252,6 +252,7 @@ def modernbert_fixtures(out: Path) -> None:
     model = ModernBertForSequenceClassification(cfg)
     perturb(model, 60)
     make(out, "modernbert_classifier", model, 0, [6, 17, 11], "cls", False, 6)
+    write_word_tokenizer(out / "modernbert_classifier", 96)
 
 
 def tiny_fixtures(out: Path) -> None:

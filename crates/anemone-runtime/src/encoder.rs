@@ -196,8 +196,10 @@ impl Encoder {
                     let trace = r.forward_typed(index, &input.ids, Some(&input.type_ids))?;
                     let h = r.config.hidden_size;
                     let logits = r.logits(&trace);
-                    out[index] =
-                        Some(self.finish(index, None, trace.last(), input.ids.len(), h, logits));
+                    let mut done =
+                        self.finish(index, None, trace.last(), input.ids.len(), h, logits);
+                    done.seconds = started.elapsed().as_secs_f64();
+                    out[index] = Some(done);
                 }
             }
             Engine::Bundle {

@@ -1,5 +1,5 @@
 //! Model families: one file per architecture family (`llama.rs`, `qwen2.rs`, `qwen3.rs`,
-//! `bert.rs`), each implementing [`Family`] (a Llama-like decoder as one `static`
+//! `bert.rs`, `modernbert.rs`), each implementing [`Family`] (a Llama-like decoder as one `static`
 //! [`decoder::LlamaLike`]) — its name, the `model_type` / `general.architecture` values it reads,
 //! its config mapping (Hugging Face `config.json` keys and defaults, GGUF metadata keys), its
 //! tensor names (Hugging Face and GGUF) — and the one registry [`FAMILIES`] through which a
