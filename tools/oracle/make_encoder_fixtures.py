@@ -34,6 +34,9 @@ from transformers import (
     BertConfig,
     BertForSequenceClassification,
     BertModel,
+    ModernBertConfig,
+    ModernBertForSequenceClassification,
+    ModernBertModel,
     RobertaConfig,
     RobertaModel,
 )
@@ -96,7 +99,8 @@ def write_pooling(d: Path, hidden: int, mode: str, normalize: bool) -> None:
 
 def write_word_tokenizer(d: Path, vocab_size: int) -> None:
     """A whitespace word-level tokenizer over `w4 … w{vocab-1}` with BERT's [CLS] … [SEP]
-    template, so the CLI can be driven with text on the tiny checkpoint."""
+    templates (pairs: `[CLS] A [SEP] B [SEP]`, type id 1 from B on, as bert-base's
+    tokenizer.json), so the CLI can be driven with text on the tiny checkpoint."""
     from tokenizers import Tokenizer, models, pre_tokenizers, processors
 
     vocab = {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3}
@@ -104,7 +108,9 @@ def write_word_tokenizer(d: Path, vocab_size: int) -> None:
     tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)]
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", 2), ("[SEP]", 3)],
     )
     tok.save(str(d / "tokenizer.json"))
 
@@ -132,8 +138,11 @@ def make(out: Path, name: str, model, pad_id: int, lengths, mode: str, normalize
         ids[i, : len(s)] = torch.tensor(s)
         mask[i, : len(s)] = 1
     with torch.no_grad():
-        res = model(input_ids=ids, attention_mask=mask, output_hidden_states=True)
-    hs = res.hidden_states
+        if model.config.model_type == "modernbert":
+            res, hs = modernbert_states(model, ids, mask)
+        else:
+            res = model(input_ids=ids, attention_mask=mask, output_hidden_states=True)
+            hs = res.hidden_states
     emb = pooled(hs[-1], mask, mode, normalize)
     inputs = []
     for i, s in enumerate(seqs):
@@ -155,6 +164,95 @@ def make(out: Path, name: str, model, pad_id: int, lengths, mode: str, normalize
     }
     (d / "oracle.json").write_text(json.dumps(oracle) + "\n")
     print(f"{name}: {sum(p.numel() for p in model.parameters())} params, lengths {lengths}")
+
+
+def modernbert_states(model, ids, mask):
+    """ModernBERT: embeddings output, every layer's output, then the final norm (hooks, so the
+    list does not depend on how transformers records hidden states)."""
+    base = model.model if hasattr(model, "model") else model
+    states = []
+    hooks = [base.embeddings.register_forward_hook(lambda m, i, o: states.append(o))]
+    for layer in base.layers:
+        hooks.append(layer.register_forward_hook(lambda m, i, o: states.append(o)))
+    hooks.append(base.final_norm.register_forward_hook(lambda m, i, o: states.append(o)))
+    res = model(input_ids=ids, attention_mask=mask)
+    for h in hooks:
+        h.remove()
+    return res, states
+
+
+def perturb(model, seed: int) -> None:
+    """Random-init ModernBERT zeroes biases and sets norms to 1; move every parameter so biases
+    and norm weights are exercised."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * 0.05)
+
+
+def pair_fixture(out: Path) -> None:
+    """A cross-encoder: BertForSequenceClassification with one label (a reranker score) run on
+    text pairs through the fixture's tokenizer (token types 1 for the second segment)."""
+    from transformers import PreTrainedTokenizerFast
+
+    torch.manual_seed(4)
+    cfg = BertConfig(
+        vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=64, max_position_embeddings=48, type_vocab_size=2,
+        layer_norm_eps=1e-12, num_labels=1, attn_implementation="eager",
+    )
+    model = BertForSequenceClassification(cfg)
+    perturb(model, 40)
+    name = "bert_pair_reranker"
+    make(out, name, model, 0, [7, 12], "cls", False, 4)
+    d = out / name
+    write_word_tokenizer(d, cfg.vocab_size)
+    tok = PreTrainedTokenizerFast(tokenizer_file=str(d / "tokenizer.json"), pad_token="[PAD]")
+    pairs = [
+        ("w5 w9 w12", "w7 w30 w31 w40"),
+        ("w60", "w4 w4 w8"),
+        ("w11 w12 w13 w14 w15 w16", "w17"),
+    ]
+    enc = tok([a for a, _ in pairs], [b for _, b in pairs], padding=True, return_token_type_ids=True, return_tensors="pt")
+    with torch.no_grad():
+        logits = model(**enc).logits
+    items = []
+    for i, (a, b) in enumerate(pairs):
+        n = int(enc["attention_mask"][i].sum())
+        items.append({
+            "a": a, "b": b,
+            "ids": enc["input_ids"][i, :n].tolist(),
+            "type_ids": enc["token_type_ids"][i, :n].tolist(),
+            "logits": rounded(logits[i]),
+        })
+    oracle = json.loads((d / "oracle.json").read_text())
+    oracle["pairs"] = items
+    (d / "oracle.json").write_text(json.dumps(oracle) + "\n")
+
+
+def modernbert_fixtures(out: Path) -> None:
+    common = dict(
+        vocab_size=96, hidden_size=32, num_hidden_layers=4, num_attention_heads=4,
+        intermediate_size=48, max_position_embeddings=64, local_attention=8,
+        global_attn_every_n_layers=3, pad_token_id=0, bos_token_id=2, eos_token_id=3,
+        cls_token_id=2, sep_token_id=3, attn_implementation="eager",
+    )
+    torch.manual_seed(5)
+    model = ModernBertModel(ModernBertConfig(**common))
+    perturb(model, 50)
+    make(out, "modernbert_mean", model, 0, [13, 5, 20], "mean", True, 5)
+    write_word_tokenizer(out / "modernbert_mean", 96)
+
+    torch.manual_seed(6)
+    cfg = ModernBertConfig(
+        **common, norm_bias=True, attention_bias=True, mlp_bias=True, classifier_bias=True,
+        classifier_pooling="mean", num_labels=3, id2label={0: "a", 1: "b", 2: "c"},
+        label2id={"a": 0, "b": 1, "c": 2},
+    )
+    model = ModernBertForSequenceClassification(cfg)
+    perturb(model, 60)
+    make(out, "modernbert_classifier", model, 0, [6, 17, 11], "cls", False, 6)
+    write_word_tokenizer(out / "modernbert_classifier", 96)
 
 
 def tiny_fixtures(out: Path) -> None:
@@ -183,6 +281,9 @@ def tiny_fixtures(out: Path) -> None:
         bos_token_id=0, eos_token_id=2, layer_norm_eps=1e-5, attn_implementation="eager",
     )
     make(out, "roberta_lasttoken", RobertaModel(rob, add_pooling_layer=False), 1, [5, 12, 8], "lasttoken", False, 2)
+
+    pair_fixture(out)
+    modernbert_fixtures(out)
 
 
 def real_fixture(model_dir: Path) -> None:
@@ -213,10 +314,15 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--real", type=Path)
+    ap.add_argument("--only", choices=["pairs", "modernbert"], help="write only these new fixtures")
     a = ap.parse_args()
     torch.set_num_threads(1)
     if a.real:
         real_fixture(a.real)
+    elif a.only == "pairs":
+        pair_fixture(a.out)
+    elif a.only == "modernbert":
+        modernbert_fixtures(a.out)
     else:
         tiny_fixtures(a.out)
 

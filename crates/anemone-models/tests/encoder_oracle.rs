@@ -1,4 +1,5 @@
 //! The encoder reference forward against transformers (random-init BERT / RoBERTa / BERT with a
+//! classifier head / a BERT cross-encoder on text pairs / ModernBERT base and with a
 //! classifier head, padded batches) and against sentence-transformers on all-MiniLM-L6-v2.
 
 use anemone_models::encoder::{open_encoder, EncoderReference, PoolingMode};
@@ -38,6 +39,9 @@ fn random_init_encoders_match_transformers_layer_by_layer() {
         ("bert_mean_norm", PoolingMode::Mean, true, 0),
         ("bert_cls_classifier", PoolingMode::Cls, false, 3),
         ("roberta_lasttoken", PoolingMode::LastToken, false, 0),
+        ("bert_pair_reranker", PoolingMode::Cls, false, 1),
+        ("modernbert_mean", PoolingMode::Mean, true, 0),
+        ("modernbert_classifier", PoolingMode::Cls, false, 3),
     ] {
         let dir = oracle_encoders_root().join(name);
         let ck = open_encoder(&dir).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -78,7 +82,49 @@ fn random_init_encoders_match_transformers_layer_by_layer() {
             seen += 1;
         }
     }
-    assert_eq!(seen, 9);
+    assert_eq!(seen, 17);
+}
+
+/// A cross-encoder on text pairs: the tokenizer's pair template (`[CLS] A [SEP] B [SEP]`, token
+/// type 1 from B on) gives transformers' ids and types, and the logits match.
+#[test]
+fn text_pairs_match_transformers_tokenizer_and_logits() {
+    let dir = oracle_encoders_root().join("bert_pair_reranker");
+    let ck = open_encoder(&dir).unwrap();
+    let tok = ck.encoder_tokenizer().unwrap();
+    let reference = EncoderReference::load(&ck).unwrap();
+    let oracle = read(&dir.join("oracle.json"));
+    let pairs = oracle["pairs"].as_array().unwrap();
+    assert_eq!(pairs.len(), 3);
+    for (i, pair) in pairs.iter().enumerate() {
+        let (a, b) = (pair["a"].as_str().unwrap(), pair["b"].as_str().unwrap());
+        let enc = tok.encode_pair(i, a, b).unwrap();
+        assert_eq!(enc.ids, ids(&pair["ids"]), "pair {i} ids");
+        assert_eq!(enc.type_ids, ids(&pair["type_ids"]), "pair {i} token types");
+        assert!(
+            enc.type_ids.contains(&1),
+            "pair {i}: second segment typed 1"
+        );
+        let trace = reference
+            .forward_typed(i, &enc.ids, Some(&enc.type_ids))
+            .unwrap();
+        let logits = reference.logits(&trace).unwrap();
+        assert_close(
+            &format!("pair {i} logits"),
+            &logits,
+            &floats(&pair["logits"]),
+            Tier::F32_SUM,
+        );
+        // Typing the second segment 0 changes the score: the types are really used.
+        let untyped = reference
+            .logits(&reference.forward(i, &enc.ids).unwrap())
+            .unwrap();
+        assert!(
+            (untyped[0] - logits[0]).abs() > 1e-4,
+            "pair {i}: types ignored"
+        );
+    }
+    assert!(tok.encode_pair(0, "w5", " ").is_err());
 }
 
 #[test]

@@ -12,7 +12,7 @@ use anemone_models::bundle::BundleError;
 use anemone_models::encoder::ane::{hidden_rows, host_inputs, names};
 use anemone_models::encoder::bundle::{bundle_kind, EncoderBundle};
 use anemone_models::encoder::{
-    open_encoder, Buckets, EncoderError, EncoderReference, EncoderTokenizer, Pooling,
+    open_encoder, Buckets, Encoded, EncoderError, EncoderReference, EncoderTokenizer, Pooling,
 };
 use anemone_models::families::ModelKind;
 
@@ -65,6 +65,8 @@ pub struct Embedded {
     /// Classification logits and softmax probabilities (models with a head).
     pub logits: Option<Vec<f32>>,
     pub probabilities: Option<Vec<f32>>,
+    /// Wall time of this input's forward, pooling and head (tokenization excluded).
+    pub seconds: f64,
 }
 
 enum Engine {
@@ -175,29 +177,57 @@ impl Encoder {
             .collect::<Result<_, _>>()?)
     }
 
-    /// Embeds token-id inputs: all are checked against the buckets first, then run grouped by
-    /// bucket.
+    /// Token ids and types of every (first, second) text pair (errors name the input).
+    pub fn tokenize_pairs(&self, pairs: &[(String, String)]) -> Result<Vec<Encoded>> {
+        let tok = self.tokenizer.as_ref().ok_or(EncoderError::Tokenizer {
+            problem: "this model has no tokenizer.json".into(),
+        })?;
+        Ok(pairs
+            .iter()
+            .enumerate()
+            .map(|(i, (a, b))| tok.encode_pair(i, a, b))
+            .collect::<Result<_, _>>()?)
+    }
+
+    /// Embeds token-id inputs (token types all 0).
     pub fn embed_ids(&self, inputs: &[Vec<u32>]) -> Result<Vec<Embedded>> {
-        let counts: Vec<usize> = inputs.iter().map(|i| i.len()).collect();
+        let encoded: Vec<Encoded> = inputs
+            .iter()
+            .map(|ids| Encoded {
+                ids: ids.clone(),
+                type_ids: vec![0; ids.len()],
+            })
+            .collect();
+        self.embed_encoded(&encoded)
+    }
+
+    /// Embeds tokenized inputs: all are checked against the buckets first, then run grouped by
+    /// bucket.
+    pub fn embed_encoded(&self, inputs: &[Encoded]) -> Result<Vec<Embedded>> {
+        let counts: Vec<usize> = inputs.iter().map(|i| i.ids.len()).collect();
         let mut out: Vec<Option<Embedded>> = vec![None; inputs.len()];
         match &self.engine {
             Engine::Reference(r) => {
                 let max = r.config.max_tokens();
-                for (index, ids) in inputs.iter().enumerate() {
-                    if ids.len() > max {
+                for (index, &tokens) in counts.iter().enumerate() {
+                    if tokens > max {
                         return Err(EncoderError::TooLong {
                             index,
-                            tokens: ids.len(),
+                            tokens,
                             largest: max,
                         }
                         .into());
                     }
                 }
-                for (index, ids) in inputs.iter().enumerate() {
-                    let trace = r.forward(index, ids)?;
+                for (index, input) in inputs.iter().enumerate() {
+                    let started = std::time::Instant::now();
+                    let trace = r.forward_typed(index, &input.ids, Some(&input.type_ids))?;
                     let h = r.config.hidden_size;
                     let logits = r.logits(&trace);
-                    out[index] = Some(self.finish(index, None, trace.last(), ids.len(), h, logits));
+                    let mut done =
+                        self.finish(index, None, trace.last(), input.ids.len(), h, logits);
+                    done.seconds = started.elapsed().as_secs_f64();
+                    out[index] = Some(done);
                 }
             }
             Engine::Bundle {
@@ -207,27 +237,21 @@ impl Encoder {
             } => {
                 for (bucket, members) in buckets.group(&counts)? {
                     for index in members {
-                        let (last, h) = run_bundle(
-                            bundle,
-                            runner.as_ref(),
-                            index,
-                            &inputs[index],
-                            bucket,
-                            None,
-                        )?;
-                        let logits = bundle
-                            .weights_host
-                            .head
-                            .as_ref()
-                            .map(|head| head.logits(&last[..h]));
-                        out[index] = Some(self.finish(
-                            index,
-                            Some(bucket),
-                            &last,
-                            inputs[index].len(),
-                            h,
-                            logits,
-                        ));
+                        let input = &inputs[index];
+                        let started = std::time::Instant::now();
+                        let (last, h, package_logits) =
+                            run_bundle(bundle, runner.as_ref(), index, input, bucket, None)?;
+                        let tokens = input.ids.len();
+                        let logits = package_logits.or_else(|| {
+                            bundle
+                                .weights_host
+                                .head
+                                .as_ref()
+                                .map(|head| head.logits(&last, tokens))
+                        });
+                        let mut done = self.finish(index, Some(bucket), &last, tokens, h, logits);
+                        done.seconds = started.elapsed().as_secs_f64();
+                        out[index] = Some(done);
                     }
                 }
             }
@@ -244,7 +268,7 @@ impl Encoder {
         h: usize,
         logits: Option<Vec<f32>>,
     ) -> Embedded {
-        let probabilities = logits.as_ref().map(|l| softmax(l));
+        let probabilities = logits.as_ref().map(|l| probabilities(l));
         Embedded {
             index,
             tokens,
@@ -252,6 +276,7 @@ impl Encoder {
             embedding: self.pooling().apply(last, tokens, h),
             logits,
             probabilities,
+            seconds: 0.0,
         }
     }
 
@@ -271,11 +296,16 @@ impl Encoder {
             } => {
                 let bucket = buckets.pick(index, ids.len())?;
                 let mut layers = Vec::new();
-                let (last, _) = run_bundle(
+                let input = Encoded {
+                    ids: ids.to_vec(),
+                    type_ids: vec![0; ids.len()],
+                };
+                let (last, _, _) =
+                    run_bundle(
                     bundle,
                     runner.as_ref(),
                     index,
-                    ids,
+                    &input,
                     bucket,
                     Some(&mut layers),
                 )?;
@@ -286,19 +316,21 @@ impl Encoder {
     }
 }
 
-/// Runs one input in `bucket`; returns the last hidden state rows and the hidden size.
-/// With `layers`, also collects the embedding norm and every layer's output but the last.
+/// Runs one input in `bucket`; returns the last hidden state rows, the hidden size and the
+/// package's `logits` (bundles with the head in the package). With `layers`, also collects the
+/// embedding norm and every intermediate layer output.
 fn run_bundle(
     bundle: &EncoderBundle,
     runner: &dyn BucketRunner,
     index: usize,
-    ids: &[u32],
+    input: &Encoded,
     bucket: usize,
     layers: Option<&mut Vec<Vec<f32>>>,
-) -> Result<(Vec<f32>, usize)> {
+) -> Result<(Vec<f32>, usize, Option<Vec<f32>>)> {
     let config = &bundle.manifest.config;
     let h = config.hidden_size;
-    let embedded = bundle.embed_raw(index, ids)?;
+    let ids = &input.ids;
+    let embedded = bundle.embed_raw(index, ids, Some(&input.type_ids))?;
     let (x, mask) = host_inputs(config, &embedded, ids.len(), bucket);
     let precision = runner.precision();
     let make = |shape: Vec<usize>, data: Vec<f32>| match precision {
@@ -334,9 +366,7 @@ fn run_bundle(
     let outputs = match layers {
         None => runner.predict(&function, &inputs)?,
         Some(layers) => {
-            let wanted: Vec<String> = std::iter::once(names::EMBED_NORM.to_string())
-                .chain((0..config.num_hidden_layers.saturating_sub(1)).map(names::layer_out))
-                .collect();
+            let wanted = names::observed(config);
             let mut observer = |o: OpOutput<'_>| {
                 if wanted.iter().any(|w| w == o.value) {
                     layers.push(hidden_rows(h, bucket, ids.len(), &o.tensor.data));
@@ -351,7 +381,17 @@ fn run_bundle(
             path: bundle.package_path(),
             output: names::HIDDEN_OUT.into(),
         })?;
-    Ok((hidden_rows(h, bucket, ids.len(), &out.data), h))
+    let logits = outputs.get(names::LOGITS).map(|l| l.data.to_vec());
+    Ok((hidden_rows(h, bucket, ids.len(), &out.data), h, logits))
+}
+
+/// What `classify` reports per label: the softmax of the logits, or for a single-logit head (a
+/// reranker / cross-encoder score) its sigmoid, as sentence-transformers' `CrossEncoder` does.
+pub fn probabilities(logits: &[f32]) -> Vec<f32> {
+    match logits {
+        [one] => vec![(1.0 / (1.0 + (-(*one as f64)).exp())) as f32],
+        _ => softmax(logits),
+    }
 }
 
 /// Softmax in f64.

@@ -4,7 +4,7 @@
 
 use anemone_exec::Precision as ExecPrecision;
 use anemone_models::ane::{lint_program, Precision, Severity, Uncompressed};
-use anemone_models::encoder::bundle::{convert_encoder, EncoderConvertOptions};
+use anemone_models::encoder::bundle::{convert_encoder, EncoderConvertOptions, HeadPlacement};
 use anemone_models::encoder::open_encoder;
 use anemone_runtime::encoder::Encoder;
 use anemone_testkit::{assert_close, cosine, oracle_encoders_root, Tier};
@@ -37,6 +37,7 @@ fn convert(name: &str, precision: Precision, lengths: &[usize], out: &std::path:
             precision,
             force: false,
             compressor: &Uncompressed,
+            head: HeadPlacement::Package,
         },
     )
     .unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -46,7 +47,13 @@ fn convert(name: &str, precision: Precision, lengths: &[usize], out: &std::path:
 fn encoder_bundles_validate_and_match_the_reference() {
     let tmp = tempfile::tempdir().unwrap();
     let mut packages = Vec::new();
-    for name in ["bert_mean_norm", "bert_cls_classifier", "roberta_lasttoken"] {
+    for name in [
+        "bert_mean_norm",
+        "bert_cls_classifier",
+        "roberta_lasttoken",
+        "modernbert_mean",
+        "modernbert_classifier",
+    ] {
         let dir = oracle_encoders_root().join(name);
         let reference = Encoder::open(&dir, ExecPrecision::Fp32).unwrap();
         let inputs = oracle_ids(name);
@@ -66,13 +73,13 @@ fn encoder_bundles_validate_and_match_the_reference() {
             ),
         ] {
             let out = tmp.path().join(format!("{name}-{}", precision.name()));
-            convert(name, precision, &[8, 16], &out);
+            convert(name, precision, &[8, 32], &out);
             let manifest: serde_json::Value =
                 serde_json::from_slice(&std::fs::read(out.join("anemone.json")).unwrap()).unwrap();
             assert_eq!(manifest["kind"], "encoder");
             assert_eq!(
                 manifest["conversion"]["buckets"],
-                serde_json::json!([8, 16])
+                serde_json::json!([8, 32])
             );
             let pkg = out.join("encoder.mlpackage");
             let program = anemone_mil::read_package(&pkg).unwrap();
@@ -88,7 +95,7 @@ fn encoder_bundles_validate_and_match_the_reference() {
             let got = encoder.embed_ids(&inputs).unwrap();
             for (g, w) in got.iter().zip(&want) {
                 assert_eq!(g.index, w.index);
-                assert_eq!(g.bucket, Some(if g.tokens <= 8 { 8 } else { 16 }));
+                assert_eq!(g.bucket, Some(if g.tokens <= 8 { 8 } else { 32 }));
                 let what = format!("{name} {} input {}", precision.name(), g.index);
                 assert_close(&what, &g.embedding, &w.embedding, tier);
                 let c = cosine(&g.embedding, &w.embedding);

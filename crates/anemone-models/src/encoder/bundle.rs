@@ -16,7 +16,7 @@ use safetensors::Dtype;
 use serde::{Deserialize, Serialize};
 
 use super::ane::{bucket_signature, build_encoder_program, EncoderGraphWeights};
-use super::reference::{EncoderWeights, Head, Linear};
+use super::reference::{EncoderWeights, Head, Linear, Norm};
 use super::{Buckets, EncoderCheckpoint, EncoderConfig, EncoderTokenizer, Pooling};
 use crate::ane::{FunctionSignature, Precision, WeightCompressor};
 use crate::bundle::manifest::{FileHash, ToolInfo, HOST_FILE, MANIFEST_FILE, TOKENIZER_FILE};
@@ -26,6 +26,10 @@ use crate::bundle::BundleError;
 pub const SCHEMA_VERSION: u32 = 1;
 pub const PACKAGE: &str = "encoder.mlpackage";
 pub const KIND: &str = "encoder";
+/// `conversion.head` of a bundle whose functions output `logits`.
+pub const HEAD_IN_PACKAGE: &str = "package";
+/// `conversion.head` of a bundle whose head runs on the host from `host.safetensors`.
+pub const HEAD_ON_HOST: &str = "host-fp32";
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EncoderManifest {
@@ -55,7 +59,9 @@ pub struct EncoderConversion {
     pub mask_value: f32,
     /// How LayerNorm is written in the graph.
     pub layer_norm: String,
-    /// Where the classification head runs (`host-fp32`), when the model has one.
+    /// Where the classification head runs, when the model has one: `package` (output
+    /// `logits` of every function; bundles written before it: `host-fp32`, head tensors in the
+    /// host file).
     pub head: Option<String>,
 }
 
@@ -78,6 +84,41 @@ pub struct EncoderConvertOptions<'a> {
     pub precision: Precision,
     pub force: bool,
     pub compressor: &'a dyn WeightCompressor,
+    /// Where a classification head runs.
+    pub head: HeadPlacement,
+}
+
+/// Where an encoder's classification head runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HeadPlacement {
+    /// In the package, as 1×1 convs: every function outputs `logits` (the default; every
+    /// supported head is ANE-friendly).
+    #[default]
+    Package,
+    /// On the host in fp32, from `host.safetensors`.
+    Host,
+}
+
+impl std::str::FromStr for HeadPlacement {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "package" => Ok(HeadPlacement::Package),
+            "host" => Ok(HeadPlacement::Host),
+            other => Err(format!("`{other}`: expected `package` or `host`")),
+        }
+    }
+}
+
+impl HeadPlacement {
+    /// The manifest's `conversion.head` value.
+    pub fn name(self) -> &'static str {
+        match self {
+            HeadPlacement::Package => HEAD_IN_PACKAGE,
+            HeadPlacement::Host => HEAD_ON_HOST,
+        }
+    }
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> BundleError {
@@ -120,9 +161,26 @@ fn write_contents(
 ) -> Result<EncoderManifest, BundleError> {
     let config = &ck.config;
     let weights = EncoderWeights::load(ck).map_err(encoder_error)?;
-    let host = write_host(config, &weights, &dir.join(HOST_FILE), options.precision)?;
-    let graph =
-        EncoderGraphWeights::prepare(config, &weights, options.precision, options.compressor)?;
+    let in_package = options.head == HeadPlacement::Package;
+    let host_head = if in_package {
+        None
+    } else {
+        weights.head.as_ref()
+    };
+    let host = write_host(
+        config,
+        &weights,
+        host_head,
+        &dir.join(HOST_FILE),
+        options.precision,
+    )?;
+    let graph = EncoderGraphWeights::prepare(
+        config,
+        &weights,
+        options.precision,
+        options.compressor,
+        in_package,
+    )?;
     drop(weights);
     let program = build_encoder_program(config, &graph, options.precision, buckets.lengths())?;
     let summary = write_package(&program, &dir.join(PACKAGE), &WriteOptions::default())?;
@@ -131,7 +189,7 @@ fn write_contents(
         .iter()
         .zip(program.functions())
         .map(|(&t, f)| {
-            let described = bucket_signature(config, options.precision, t);
+            let described = bucket_signature(config, options.precision, t, in_package);
             FunctionSignature::of_function(f, Some(&described))
         })
         .collect();
@@ -166,7 +224,7 @@ fn write_contents(
             buckets: buckets.lengths().to_vec(),
             mask_value: crate::ane::options::MASK_NEG,
             layer_norm: "rms_norm(x - mean(x)) max-scaled, then gamma, beta".into(),
-            head: (!config.labels.is_empty()).then(|| "host-fp32".to_string()),
+            head: (!config.labels.is_empty()).then(|| options.head.name().to_string()),
         },
         package: PackageEntry {
             path: PACKAGE.into(),
@@ -204,6 +262,7 @@ const POSITION: &str = "embeddings.position_embeddings.weight";
 const TOKEN_TYPE: &str = "embeddings.token_type_embeddings.weight";
 const HEAD_A: &str = "head.dense";
 const HEAD_B: &str = "head.out";
+const HEAD_NORM: &str = "head.norm";
 
 /// A host tensor: name, shape, dtype and little-endian bytes.
 type HostTensor = (String, Vec<usize>, (Dtype, Vec<u8>));
@@ -211,6 +270,7 @@ type HostTensor = (String, Vec<usize>, (Dtype, Vec<u8>));
 fn write_host(
     config: &EncoderConfig,
     w: &EncoderWeights,
+    host_head: Option<&Head>,
     path: &Path,
     precision: Precision,
 ) -> Result<EncoderHost, BundleError> {
@@ -229,14 +289,15 @@ fn write_host(
     let f32_bytes = |v: &[f32]| -> (Dtype, Vec<u8>) {
         (Dtype::F32, v.iter().flat_map(|x| x.to_le_bytes()).collect())
     };
-    let mut tensors: Vec<HostTensor> = vec![
-        (WORD.into(), vec![config.vocab_size, h], table(&w.word)),
-        (
+    let mut tensors: Vec<HostTensor> =
+        vec![(WORD.into(), vec![config.vocab_size, h], table(&w.word))];
+    if let Some(position) = &w.position {
+        tensors.push((
             POSITION.into(),
             vec![config.max_position_embeddings, h],
-            table(&w.position),
-        ),
-    ];
+            table(position),
+        ));
+    }
     if let Some(tt) = &w.token_type {
         tensors.push((
             TOKEN_TYPE.into(),
@@ -244,11 +305,22 @@ fn write_host(
             table(tt),
         ));
     }
-    let linears: Vec<(&str, &Linear)> = match &w.head {
+    let linears: Vec<(&str, &Linear)> = match host_head {
         Some(Head::BertPooler { pooler, classifier }) => {
             vec![(HEAD_A, pooler), (HEAD_B, classifier)]
         }
         Some(Head::Roberta { dense, out_proj }) => vec![(HEAD_A, dense), (HEAD_B, out_proj)],
+        Some(Head::ModernBert {
+            dense,
+            norm,
+            classifier,
+            ..
+        }) => {
+            for (suffix, v) in [("weight", &norm.w), ("bias", &norm.b)] {
+                tensors.push((format!("{HEAD_NORM}.{suffix}"), vec![h], f32_bytes(v)));
+            }
+            vec![(HEAD_A, dense), (HEAD_B, classifier)]
+        }
         None => Vec::new(),
     };
     for (name, l) in linears {
@@ -311,7 +383,7 @@ pub struct EncoderBundle {
 /// The host part of an encoder bundle.
 pub struct HostTables {
     word: Vec<f32>,
-    position: Vec<f32>,
+    position: Option<Vec<f32>>,
     token_type: Option<Vec<f32>>,
     pub head: Option<Head>,
 }
@@ -393,11 +465,22 @@ impl EncoderBundle {
                 n_in: c.hidden_size,
             })
         };
-        let head = if n == 0 {
+        let head = if n == 0 || manifest.conversion.head.as_deref() != Some(HEAD_ON_HOST) {
             None
         } else {
             let (a, b) = (linear(HEAD_A, c.hidden_size)?, linear(HEAD_B, n)?);
-            Some(if crate::families::bert::is_roberta(&c.model_type) {
+            Some(if let Some(r) = c.rope() {
+                Head::ModernBert {
+                    pooling: r.head_pooling,
+                    dense: a,
+                    norm: Norm {
+                        w: need(&format!("{HEAD_NORM}.weight"))?,
+                        b: need(&format!("{HEAD_NORM}.bias"))?,
+                    },
+                    eps: c.layer_norm_eps,
+                    classifier: b,
+                }
+            } else if crate::families::bert::is_roberta(&c.model_type) {
                 Head::Roberta {
                     dense: a,
                     out_proj: b,
@@ -411,7 +494,11 @@ impl EncoderBundle {
         };
         let weights_host = HostTables {
             word: need(WORD)?,
-            position: need(POSITION)?,
+            position: if c.rope().is_some() {
+                None
+            } else {
+                Some(need(POSITION)?)
+            },
             token_type: load(TOKEN_TYPE)?,
             head,
         };
@@ -438,30 +525,63 @@ impl EncoderBundle {
         )
     }
 
-    /// Word + position + token-type embeddings of `ids` (`[tokens, hidden]`, f32 sums).
-    pub fn embed_raw(&self, index: usize, ids: &[u32]) -> Result<Vec<f32>, super::EncoderError> {
+    /// Word + position + token-type embeddings of `ids` (`[tokens, hidden]`, f32 sums; types
+    /// all 0 when `type_ids` is `None`).
+    pub fn embed_raw(
+        &self,
+        index: usize,
+        ids: &[u32],
+        type_ids: Option<&[u32]>,
+    ) -> Result<Vec<f32>, super::EncoderError> {
         let c = &self.manifest.config;
         embed_tables(
             c,
-            &self.weights_host.word,
-            &self.weights_host.position,
-            self.weights_host.token_type.as_deref(),
+            Tables {
+                word: &self.weights_host.word,
+                position: self.weights_host.position.as_deref(),
+                token_type: self.weights_host.token_type.as_deref(),
+            },
             index,
             ids,
+            type_ids,
         )
     }
 }
 
-/// Word + position + token-type (type 0) rows of `ids` from the given tables.
+/// The host embedding tables (`position` is `None` with rotary positions, `token_type` without
+/// token types).
+#[derive(Debug, Clone, Copy)]
+pub struct Tables<'a> {
+    pub word: &'a [f32],
+    pub position: Option<&'a [f32]>,
+    pub token_type: Option<&'a [f32]>,
+}
+
+/// Word + position + token-type rows of `ids` from the given tables.
 pub fn embed_tables(
     config: &EncoderConfig,
-    word: &[f32],
-    position: &[f32],
-    token_type: Option<&[f32]>,
+    tables: Tables<'_>,
     index: usize,
     ids: &[u32],
+    type_ids: Option<&[u32]>,
 ) -> Result<Vec<f32>, super::EncoderError> {
+    let Tables {
+        word,
+        position,
+        token_type,
+    } = tables;
     let h = config.hidden_size;
+    if let Some(types) = type_ids {
+        if types.len() != ids.len() {
+            return Err(super::EncoderError::Tokenizer {
+                problem: format!(
+                    "input {index}: {} token types for {} tokens",
+                    types.len(),
+                    ids.len()
+                ),
+            });
+        }
+    }
     if ids.len() > config.max_tokens() {
         return Err(super::EncoderError::TooLong {
             index,
@@ -478,14 +598,25 @@ pub fn embed_tables(
                 vocab: config.vocab_size,
             });
         }
-        let pos = config.position_offset + p;
-        let w = &word[id as usize * h..(id as usize + 1) * h];
-        let q = &position[pos * h..(pos + 1) * h];
-        for c in 0..h {
-            row[c] = w[c] + q[c];
+        row.copy_from_slice(&word[id as usize * h..(id as usize + 1) * h]);
+        if let Some(position) = position {
+            let pos = config.position_offset + p;
+            let q = &position[pos * h..(pos + 1) * h];
+            row.iter_mut().zip(q).for_each(|(v, q)| *v += q);
         }
         if let Some(tt) = token_type {
-            row.iter_mut().zip(&tt[..h]).for_each(|(v, t)| *v += t);
+            let ty = type_ids.map_or(0, |t| t[p] as usize);
+            let rows = tt.len() / h;
+            if ty >= rows {
+                return Err(super::EncoderError::TokenId {
+                    index,
+                    id: ty as u32,
+                    vocab: rows,
+                });
+            }
+            row.iter_mut()
+                .zip(&tt[ty * h..(ty + 1) * h])
+                .for_each(|(v, t)| *v += t);
         }
     }
     Ok(x)

@@ -9,9 +9,11 @@ use serde::{Deserialize, Serialize};
 
 use super::EncoderError;
 
-/// A bidirectional post-LN encoder (BERT family): word + position (+ token-type) embeddings and
-/// LayerNorm, then layers of self-attention and an erf-GELU MLP, each followed by a residual
-/// LayerNorm.
+/// A bidirectional encoder. BERT family ([`EncoderLayout::PostLn`]): word + position
+/// (+ token-type) embeddings and LayerNorm, then layers of self-attention and an erf-GELU MLP,
+/// each followed by a residual LayerNorm. ModernBERT ([`EncoderLayout::PreLnRope`]): word
+/// embeddings and LayerNorm, then pre-LN layers with rotary attention (global or local window)
+/// and a GeGLU MLP, then a final LayerNorm.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EncoderConfig {
     /// The family name (`bert`), as the registry and bundle manifests record it.
@@ -35,6 +37,55 @@ pub struct EncoderConfig {
     pub tensor_prefix: String,
     /// Labels of a sequence-classification head (`id2label` in id order); empty without one.
     pub labels: Vec<String>,
+    /// How the layers are built; absent in manifests written before ModernBERT (= post-LN).
+    #[serde(default)]
+    pub layout: EncoderLayout,
+}
+
+/// The layer recipe of an encoder family.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum EncoderLayout {
+    /// BERT: absolute positions, LayerNorm after each residual, erf-GELU MLP.
+    #[default]
+    PostLn,
+    /// ModernBERT: rotary positions, LayerNorm before attention (none in layer 0) and before
+    /// the MLP, GeGLU MLP, a final LayerNorm; global and local-window attention alternate.
+    PreLnRope(RopeLayout),
+}
+
+/// Whether a ModernBERT layer attends to every token or to a window around each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttentionSpan {
+    Global,
+    Local,
+}
+
+/// How a ModernBERT classification head pools the final states (`classifier_pooling`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HeadPooling {
+    Cls,
+    Mean,
+}
+
+/// ModernBERT's rotary and attention settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RopeLayout {
+    /// RoPE base of global layers (`global_rope_theta`).
+    pub global_rope_theta: f64,
+    /// RoPE base of local layers (`local_rope_theta`).
+    pub local_rope_theta: f64,
+    /// A local layer's query attends to keys at distance ≤ this (`local_attention / 2`).
+    pub local_window: usize,
+    /// One entry per layer.
+    pub layer_spans: Vec<AttentionSpan>,
+    pub norm_bias: bool,
+    pub attention_bias: bool,
+    pub mlp_bias: bool,
+    pub classifier_bias: bool,
+    pub head_pooling: HeadPooling,
 }
 
 impl EncoderConfig {
@@ -46,6 +97,20 @@ impl EncoderConfig {
 
     pub fn tensor(&self, name: &str) -> String {
         format!("{}{name}", self.tensor_prefix)
+    }
+
+    /// The rotary layout of a ModernBERT-style encoder.
+    pub fn rope(&self) -> Option<&RopeLayout> {
+        match &self.layout {
+            EncoderLayout::PostLn => None,
+            EncoderLayout::PreLnRope(r) => Some(r),
+        }
+    }
+
+    /// Whether the last layer is followed by a final LayerNorm (so every layer's own output is
+    /// an intermediate state).
+    pub fn has_final_norm(&self) -> bool {
+        self.rope().is_some()
     }
 }
 

@@ -9,9 +9,12 @@ pub mod config;
 pub mod reference;
 pub mod tokenize;
 
-pub use config::{read_pooling, EncoderConfig, Pooling, PoolingMode};
+pub use config::{
+    read_pooling, AttentionSpan, EncoderConfig, EncoderLayout, HeadPooling, Pooling, PoolingMode,
+    RopeLayout,
+};
 pub use reference::{EncoderReference, EncoderTrace};
-pub use tokenize::{Buckets, EncoderTokenizer};
+pub use tokenize::{Buckets, Encoded, EncoderTokenizer};
 
 use std::path::{Path, PathBuf};
 
@@ -148,17 +151,12 @@ pub fn open_encoder(path: impl AsRef<Path>) -> Result<EncoderCheckpoint> {
         .into());
     };
     let base = family.base_model_prefix(model_type);
+    let probe = family.word_embeddings();
     config.tensor_prefix = ["", base]
         .into_iter()
-        .find(|p| {
-            store
-                .info(&format!("{p}embeddings.word_embeddings.weight"))
-                .is_some()
-        })
+        .find(|p| store.info(&format!("{p}{probe}")).is_some())
         .ok_or_else(|| CheckpointError::MissingTensor {
-            name: format!(
-                "embeddings.word_embeddings.weight (or {base}embeddings.word_embeddings.weight)"
-            ),
+            name: format!("{probe} (or {base}{probe})"),
         })?
         .to_string();
     if config.type_vocab_size > 0

@@ -53,6 +53,34 @@ impl EncoderTokenizer {
     }
 }
 
+/// One tokenized input: ids and token types (1 for the second segment of a pair).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Encoded {
+    pub ids: Vec<u32>,
+    pub type_ids: Vec<u32>,
+}
+
+impl EncoderTokenizer {
+    /// A text pair (query, passage) as the tokenizer's pair template joins it — BERT:
+    /// `[CLS] A [SEP] B [SEP]` with token type 1 from B on (cross-encoders, rerankers). Either
+    /// side blank is refused.
+    pub fn encode_pair(&self, index: usize, a: &str, b: &str) -> Result<Encoded> {
+        if a.trim().is_empty() || b.trim().is_empty() {
+            return Err(EncoderError::EmptyInput { index });
+        }
+        let enc = self
+            .tokenizer
+            .encode((a, b), true)
+            .map_err(|e| EncoderError::Tokenizer {
+                problem: format!("input {index}: {e}"),
+            })?;
+        Ok(Encoded {
+            ids: enc.get_ids().to_vec(),
+            type_ids: enc.get_type_ids().to_vec(),
+        })
+    }
+}
+
 /// Length buckets, ascending and distinct.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Buckets(Vec<usize>);

@@ -92,6 +92,7 @@ impl EncoderFamily for Bert {
             pad_token_id,
             tensor_prefix: String::new(),
             labels,
+            layout: crate::encoder::EncoderLayout::PostLn,
         })
     }
 
@@ -172,7 +173,7 @@ pub fn head_tensors(config: &EncoderConfig) -> Vec<(String, Vec<usize>)> {
 }
 
 /// `id2label` in id order, for a `*ForSequenceClassification` checkpoint; empty otherwise.
-fn labels(fields: &JsonFields) -> Result<Vec<String>> {
+pub(crate) fn labels(fields: &JsonFields) -> Result<Vec<String>> {
     let classifier = fields
         .get("architectures")
         .and_then(|a| a.as_array())

@@ -1,5 +1,5 @@
 //! Model families: one file per architecture family (`llama.rs`, `qwen2.rs`, `qwen3.rs`,
-//! `bert.rs`), each implementing [`Family`] (a Llama-like decoder as one `static`
+//! `bert.rs`, `modernbert.rs`), each implementing [`Family`] (a Llama-like decoder as one `static`
 //! [`decoder::LlamaLike`]) — its name, the `model_type` / `general.architecture` values it reads,
 //! its config mapping (Hugging Face `config.json` keys and defaults, GGUF metadata keys), its
 //! tensor names (Hugging Face and GGUF) — and the one registry [`FAMILIES`] through which a
@@ -14,11 +14,13 @@
 pub mod bert;
 pub mod decoder;
 mod llama;
+pub mod modernbert;
 mod qwen2;
 mod qwen3;
 
 pub use bert::Bert;
 pub use llama::LLAMA;
+pub use modernbert::ModernBert;
 pub use qwen2::QWEN2;
 pub use qwen3::QWEN3;
 
@@ -33,7 +35,7 @@ use anemone_checkpoint::{Checkpoint, CheckpointError, DecoderConfig, Result};
 pub static FAMILIES: &[&dyn Family] = &[&LLAMA, &QWEN2, &QWEN3];
 
 /// Every encoder family anemone knows (bidirectional, no cache, embeddings and classifier heads).
-pub static ENCODER_FAMILIES: &[&dyn EncoderFamily] = &[&Bert];
+pub static ENCODER_FAMILIES: &[&dyn EncoderFamily] = &[&Bert, &ModernBert];
 
 /// How a family's model runs, which decides what a runtime keeps between calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,6 +67,11 @@ pub trait EncoderFamily: Sync {
 
     /// The prefix transformers' task models put before the base model's tensors (`bert.`).
     fn base_model_prefix(&self, model_type: &str) -> &'static str;
+
+    /// The word-embedding tensor (without prefix), which locates the base model's prefix.
+    fn word_embeddings(&self) -> &'static str {
+        "embeddings.word_embeddings.weight"
+    }
 
     /// `config.json` → config (its `tensor_prefix` still empty); refuses every feature the
     /// family does not implement.

@@ -9,7 +9,7 @@
 mod cache;
 mod forward;
 pub mod kernels;
-mod rope;
+pub(crate) mod rope;
 mod weights;
 
 use anemone_checkpoint::{Checkpoint, CheckpointError, DecoderConfig};

@@ -85,6 +85,11 @@ pub struct ConvertArgs {
     #[arg(long, value_delimiter = ',', default_value = "32,128,512")]
     pub lengths: Vec<usize>,
 
+    /// Encoders with a classification head: run it in the package (`package`, 1×1 convs,
+    /// output `logits`) or on the host in fp32 (`host`).
+    #[arg(long, default_value = "package")]
+    pub encoder_head: anemone_models::encoder::bundle::HeadPlacement,
+
     /// Replace an existing bundle at --out (only a bundle or an empty directory).
     #[arg(long)]
     pub force: bool,
@@ -210,6 +215,7 @@ fn run_encoder(args: &ConvertArgs, started: Instant) -> Result<()> {
         precision: args.precision,
         force: args.force,
         compressor: hook,
+        head: args.encoder_head,
     };
     let m = convert_encoder(&ck, &args.out, &options)
         .with_context(|| format!("converting {}", args.model.display()))?;
