@@ -450,27 +450,42 @@ fn run_step(fr: &mut Frame, step: &Step) -> Result<Vec<Tensor>, String> {
             params,
         } => {
             let ty = out_ty.ok_or("conv declares no output")?;
-            let (xt, wt) = (fr.get(*x)?, fr.get(*weight)?);
+            let xt = fr.get(*x)?;
             let bt = bias.map(|b| fr.get(b)).transpose()?;
             let single_token =
                 xt.numel() == xt.shape[1] && params.strides == [1, 1] && params.pad == [0, 0, 0, 0];
-            if let (true, Some(w16)) = (single_token, fr.f.half_weights.get(weight)) {
-                let mut data = vec![0.0f32; ty.numel()];
-                linalg::matvec_f16(&mut data, w16, &xt.data)?;
-                if let Some(b) = bt {
-                    data.iter_mut().zip(&b.data).for_each(|(v, b)| *v += b);
+            let mut data = vec![0.0f32; ty.numel()];
+            match (fr.f.half_weights.get(weight), fr.get(*weight)) {
+                (Some(w16), _) if single_token => {
+                    linalg::matvec_f16(&mut data, &w16.data, &xt.data)?;
+                    if let Some(b) = bt {
+                        data.iter_mut().zip(&b.data).for_each(|(v, b)| *v += b);
+                    }
                 }
-                return one(data);
+                (_, Ok(wt)) => linalg::conv2d(
+                    &mut data,
+                    &xt.data,
+                    &xt.shape,
+                    &wt.data,
+                    &wt.shape,
+                    bt.map(|b| b.data.as_slice()),
+                    params,
+                    &ty.shape,
+                )?,
+                (Some(w16), Err(_)) => linalg::with_widened(&w16.data, |w| {
+                    linalg::conv2d(
+                        &mut data,
+                        &xt.data,
+                        &xt.shape,
+                        w,
+                        &w16.shape,
+                        bt.map(|b| b.data.as_slice()),
+                        params,
+                        &ty.shape,
+                    )
+                })?,
+                (None, Err(e)) => return Err(e),
             }
-            let data = linalg::conv2d(
-                &xt.data,
-                &xt.shape,
-                &wt.data,
-                &wt.shape,
-                bt.map(|b| b.data.as_slice()),
-                params,
-                &ty.shape,
-            )?;
             one(data)
         }
         Op::Matmul {
@@ -491,17 +506,25 @@ fn run_step(fr: &mut Frame, step: &Step) -> Result<Vec<Tensor>, String> {
         }
         Op::Linear { x, weight, bias } => {
             let ty = out_ty.ok_or("linear declares no output")?;
-            let (xt, wt) = (fr.get(*x)?, fr.get(*weight)?);
-            let (out_f, in_f) = (wt.shape[0], wt.shape[1]);
+            let xt = fr.get(*x)?;
+            let half = fr.f.half_weights.get(weight);
+            let (out_f, in_f) = match (half, fr.get(*weight)) {
+                (Some(w16), _) => (w16.shape[0], w16.shape[1]),
+                (None, Ok(wt)) => (wt.shape[0], wt.shape[1]),
+                (None, Err(e)) => return Err(e),
+            };
             let rows = xt.numel() / in_f.max(1);
             let mut data = vec![0.0f32; rows * out_f];
-            match fr.f.half_weights.get(weight) {
-                Some(w16) if rows == 1 => linalg::matvec_f16(&mut data, w16, &xt.data)?,
-                _ => {
-                    let xm = linalg::MatRef::row_major(&xt.data, rows, in_f);
-                    let wm = linalg::MatRef::row_major(&wt.data, out_f, in_f).transposed();
-                    linalg::matmul_into(&mut data, xm, wm, false)?;
-                }
+            let gemm = |data: &mut [f32], w: &[f32]| {
+                let xm = linalg::MatRef::row_major(&xt.data, rows, in_f);
+                let wm = linalg::MatRef::row_major(w, out_f, in_f).transposed();
+                linalg::matmul_into(data, xm, wm, false)
+            };
+            match (half, fr.get(*weight)) {
+                (Some(w16), _) if rows == 1 => linalg::matvec_f16(&mut data, &w16.data, &xt.data)?,
+                (_, Ok(wt)) => gemm(&mut data, &wt.data)?,
+                (Some(w16), Err(_)) => linalg::with_widened(&w16.data, |w| gemm(&mut data, w))?,
+                (None, Err(e)) => return Err(e),
             }
             if let Some(b) = bias {
                 let bt = fr.get(*b)?;

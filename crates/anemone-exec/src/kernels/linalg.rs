@@ -171,8 +171,31 @@ pub fn matvec_f16(dst: &mut [f32], w: &[half::f16], x: &[f32]) -> Result<(), Str
     Ok(())
 }
 
-/// 2-D convolution of `x [N, C, H, W]` with `w [O, C/groups, kH, kW]` into `[N, O, oH, oW]`.
+std::thread_local! {
+    /// Per-thread buffer that fp16 weights are widened into for wide (multi-token) products.
+    static WIDENED: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` on `w` widened to f32 (exact) in a buffer reused across calls on this thread, so a
+/// wide product over an fp16 weight costs no allocation and no resident f32 copy of the weight.
+pub fn with_widened<R>(w: &[half::f16], f: impl FnOnce(&[f32]) -> R) -> R {
+    use half::slice::HalfFloatSliceExt;
+    WIDENED.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut buf) => {
+            buf.resize(w.len(), 0.0);
+            w.convert_to_f32_slice(&mut buf);
+            f(&buf)
+        }
+        // re-entered on this thread (a nested pool task): a buffer of its own
+        Err(_) => f(&w.to_f32_vec()),
+    })
+}
+
+/// 2-D convolution of `x [N, C, H, W]` with `w [O, C/groups, kH, kW]` into `dst [N, O, oH, oW]`
+/// (which must hold zeros).
+#[allow(clippy::too_many_arguments)]
 pub fn conv2d(
+    out: &mut [f32],
     x: &[f32],
     x_shape: &[usize],
     w: &[f32],
@@ -180,13 +203,18 @@ pub fn conv2d(
     bias: Option<&[f32]>,
     p: &ConvParams,
     out_shape: &[usize],
-) -> Result<Vec<f32>, String> {
+) -> Result<(), String> {
     let (n, c, h, wd) = (x_shape[0], x_shape[1], x_shape[2], x_shape[3]);
     let (o, cpg, kh, kw) = (w_shape[0], w_shape[1], w_shape[2], w_shape[3]);
     let (oh, ow) = (out_shape[2], out_shape[3]);
     let g = p.groups;
     let opg = o / g;
-    let mut out = vec![0.0f32; n * o * oh * ow];
+    if out.len() != n * o * oh * ow {
+        return Err(format!(
+            "conv output holds {} values, {n}×{o}×{oh}×{ow} expected",
+            out.len()
+        ));
+    }
     let pointwise = kh == 1 && kw == 1 && p.strides == [1, 1] && p.pad == [0, 0, 0, 0];
     if pointwise {
         // per batch and group: out[opg × HW] = W[opg × cpg] · X[cpg × HW]
@@ -240,5 +268,5 @@ pub fn conv2d(
             chunk.iter_mut().for_each(|v| *v += bv);
         }
     }
-    Ok(out)
+    Ok(())
 }
