@@ -42,7 +42,8 @@ mod package;
 
 pub use error::{ExecError, Result};
 pub use interp::OpOutput;
+pub use kernels::Accumulation;
 pub use package::{LoadedPackage, Port, Signature, State};
 // The tensor and precision of the backend contract, re-exported for users of the executor alone.
 pub use anemone_backend::{round_f16, round_f16_in_place, Precision, Tensor, MAX_EXACT_INT};
-pub use backend::ExecutorBackend;
+pub use backend::{Arithmetic, ExecutorBackend};

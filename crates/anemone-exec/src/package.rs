@@ -79,6 +79,7 @@ pub(crate) struct HalfWeight {
 pub struct LoadedPackage {
     pub(crate) path: PathBuf,
     pub(crate) precision: Precision,
+    pub(crate) accumulation: crate::kernels::Accumulation,
     pub(crate) functions: Vec<PreparedFunction>,
     pub(crate) default_function: String,
 }
@@ -139,6 +140,7 @@ impl LoadedPackage {
         Ok(LoadedPackage {
             path: path.to_path_buf(),
             precision,
+            accumulation: crate::kernels::Accumulation::F32,
             functions,
             default_function: program.default_function_name().to_string(),
         })
@@ -150,6 +152,16 @@ impl LoadedPackage {
 
     pub fn precision(&self) -> Precision {
         self.precision
+    }
+
+    /// Sums inside ops accumulate as `accumulation` says (f32 unless set).
+    pub fn with_accumulation(mut self, accumulation: crate::kernels::Accumulation) -> Self {
+        self.accumulation = accumulation;
+        self
+    }
+
+    pub fn accumulation(&self) -> crate::kernels::Accumulation {
+        self.accumulation
     }
 
     pub fn function_names(&self) -> impl Iterator<Item = &str> {

@@ -5,7 +5,7 @@ use anemone_mil::ConvParams;
 use gemm::Parallelism;
 use rayon::prelude::*;
 
-use super::simd;
+use super::{fp16acc, simd, Accumulation};
 
 /// A strided read-only matrix view: element (i, j) at `data[i * rs + j * cs]`.
 #[derive(Clone, Copy)]
@@ -203,6 +203,7 @@ pub fn conv2d(
     bias: Option<&[f32]>,
     p: &ConvParams,
     out_shape: &[usize],
+    acc: Accumulation,
 ) -> Result<(), String> {
     let (n, c, h, wd) = (x_shape[0], x_shape[1], x_shape[2], x_shape[3]);
     let (o, cpg, kh, kw) = (w_shape[0], w_shape[1], w_shape[2], w_shape[3]);
@@ -225,7 +226,11 @@ pub fn conv2d(
                 let xs = (b * c + gi * cpg) * hw;
                 let xm = MatRef::row_major(&x[xs..xs + cpg * hw], cpg, hw);
                 let os = (b * o + gi * opg) * hw;
-                matmul_into(&mut out[os..os + opg * hw], wm, xm, false)?;
+                let dst = &mut out[os..os + opg * hw];
+                match acc {
+                    Accumulation::F32 => matmul_into(dst, wm, xm, false)?,
+                    Accumulation::Fp16Blocks => fp16acc::matmul_into(dst, wm, xm)?,
+                }
             }
         }
     } else {
@@ -233,11 +238,21 @@ pub fn conv2d(
         let kernel = |(bo, dst): (usize, &mut [f32])| {
             let (b, oc) = (bo / o, bo % o);
             let gi = oc / opg;
+            // fp16 blocks: taps summed in f32 into `block`, folded into dst every BLOCK taps
+            let mut block = match acc {
+                Accumulation::F32 => Vec::new(),
+                Accumulation::Fp16Blocks => vec![0.0f32; dst.len()],
+            };
+            let mut taps = 0;
             for ci in 0..cpg {
                 let xc = (b * c + gi * cpg + ci) * h * wd;
                 for ki in 0..kh {
                     for kj in 0..kw {
                         let wv = w[((oc * cpg + ci) * kh + ki) * kw + kj];
+                        let sink: &mut [f32] = match acc {
+                            Accumulation::F32 => dst,
+                            Accumulation::Fp16Blocks => &mut block,
+                        };
                         for y in 0..oh {
                             let iy = (y * p.strides[0] + ki * p.dilations[0]) as isize
                                 - p.pad[0] as isize;
@@ -250,11 +265,18 @@ pub fn conv2d(
                                 if ix < 0 || ix >= wd as isize {
                                     continue;
                                 }
-                                dst[y * ow + xo] += wv * x[xc + iy as usize * wd + ix as usize];
+                                sink[y * ow + xo] += wv * x[xc + iy as usize * wd + ix as usize];
                             }
+                        }
+                        taps += 1;
+                        if acc == Accumulation::Fp16Blocks && taps % fp16acc::BLOCK == 0 {
+                            fp16acc::fold_block(dst, &mut block);
                         }
                     }
                 }
+            }
+            if acc == Accumulation::Fp16Blocks && taps % fp16acc::BLOCK != 0 {
+                fp16acc::fold_block(dst, &mut block);
             }
         };
         out.par_chunks_mut(plane.max(1))
