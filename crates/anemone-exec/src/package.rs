@@ -343,7 +343,8 @@ fn half_weights(
     let mut out = HashMap::new();
     constants.retain(|(v, t)| {
         let i = v.index();
-        let pointwise = t.shape.len() == 2 || (t.shape.len() > 2 && t.shape[2..].iter().all(|&d| d == 1));
+        let pointwise =
+            t.shape.len() == 2 || (t.shape.len() > 2 && t.shape[2..].iter().all(|&d| d == 1));
         let only_projections = projection_uses[i] > 0 && projection_uses[i] == all_uses[i];
         if !(t.dtype == DType::F16 && pointwise && only_projections) {
             return true;

@@ -433,7 +433,11 @@ mod tests {
                 .collect();
             let widened: Vec<f32> = w.iter().map(|v| v.to_f32()).collect();
             let x = pseudo_random(n, 9);
-            assert_eq!(dot_f16(&w, &x).to_bits(), dot(&widened, &x).to_bits(), "n={n}");
+            assert_eq!(
+                dot_f16(&w, &x).to_bits(),
+                dot(&widened, &x).to_bits(),
+                "n={n}"
+            );
         }
     }
 

@@ -53,7 +53,7 @@ pub struct ServeArgs {
 
     /// Bundles only: the executor's arithmetic (default: the bundle's precision).
     #[arg(long)]
-    pub precision: Option<Precision>,
+    pub precision: Option<anemone_runtime::backend::Arithmetic>,
 
     /// Threads per forward pass (default: all cores).
     #[arg(long)]
@@ -99,7 +99,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         let path = PathBuf::from(path);
         let precision = match args.precision {
             Some(p) => p,
-            None => bundle_precision(&path)?,
+            None => bundle_precision(&path)?.into(),
         };
         let kind = args.backend.unwrap_or_else(BackendKind::for_bundles);
         let choice = args.coreml.choice(kind, precision, args.threads);
