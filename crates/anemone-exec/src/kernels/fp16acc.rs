@@ -118,3 +118,28 @@ pub fn matmul_into(dst: &mut [f32], a: MatRef, b: MatRef) -> Result<(), String> 
         });
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn block_sums_round_into_an_fp16_total() {
+        // block 1: 2048 + 31 = 2079 → fp16 2080 (ties to even); block 2: + 32 → 2112
+        let terms: Vec<f32> = std::iter::once(2048.0).chain([1.0; 63]).collect();
+        assert_eq!(terms.iter().sum::<f32>(), 2111.0);
+        assert_eq!(sum(terms.iter().copied()), 2112.0);
+        let ones = vec![1.0f32; 64];
+        assert_eq!(dot(&terms, &ones), 2112.0);
+        let w: Vec<f16> = terms.iter().map(|&v| f16::from_f32(v)).collect();
+        assert_eq!(dot_f16(&w, &ones), 2112.0);
+        let mut y = [0.0f32; 1];
+        matvec_f16(&mut y, &w, &ones).unwrap();
+        assert_eq!(y[0], 2112.0);
+        let mut m = [0.0f32; 1];
+        let a = MatRef::row_major(&terms, 1, 64);
+        let b = MatRef::row_major(&ones, 64, 1);
+        matmul_into(&mut m, a, b).unwrap();
+        assert_eq!(m[0], 2112.0);
+    }
+}
