@@ -162,7 +162,7 @@ fn read_tensor(
     let release = |at: usize, len: usize| {
         // page-aligned inner part of [at, at + len): never read again
         let page = 4096;
-        let (lo, hi) = ((at + page - 1) / page * page, (at + len) / page * page);
+        let (lo, hi) = (at.div_ceil(page) * page, (at + len) / page * page);
         if hi > lo {
             // SAFETY: the range lies inside the map and its bytes have been copied; nothing
             // reads them again (a read would see the file again, not zeros: the map is shared).
