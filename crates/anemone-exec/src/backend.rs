@@ -8,12 +8,14 @@ use anemone_backend::{Backend, CheckedOutputs, Tensor};
 use anemone_mil::Precision;
 
 use crate::error::ExecError;
+use crate::kernels::Accumulation;
 use crate::package::{LoadedPackage, State};
 
 /// The MIL executor in fp32 or fp16-faithful arithmetic, on the global rayon pool or its own.
 #[derive(Clone)]
 pub struct ExecutorBackend {
     pub precision: Precision,
+    pub accumulation: Accumulation,
     pool: Option<Arc<rayon::ThreadPool>>,
 }
 
@@ -21,6 +23,7 @@ impl std::fmt::Debug for ExecutorBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ExecutorBackend")
             .field("precision", &self.precision)
+            .field("accumulation", &self.accumulation)
             .field(
                 "threads",
                 &self.pool.as_ref().map(|p| p.current_num_threads()),
@@ -34,8 +37,15 @@ impl ExecutorBackend {
     pub fn new(precision: Precision) -> Self {
         ExecutorBackend {
             precision,
+            accumulation: Accumulation::F32,
             pool: None,
         }
+    }
+
+    /// The same backend with sums inside ops accumulating as `accumulation` says.
+    pub fn with_accumulation(mut self, accumulation: Accumulation) -> Self {
+        self.accumulation = accumulation;
+        self
     }
 
     /// Runs every predict on a pool of `threads` threads.
@@ -49,6 +59,7 @@ impl ExecutorBackend {
             .build()?;
         Ok(ExecutorBackend {
             precision,
+            accumulation: Accumulation::F32,
             pool: Some(Arc::new(pool)),
         })
     }
@@ -60,11 +71,14 @@ impl Backend for ExecutorBackend {
     type Error = ExecError;
 
     fn name(&self) -> String {
-        format!("executor-{}", self.precision.name())
+        match self.accumulation {
+            Accumulation::F32 => format!("executor-{}", self.precision.name()),
+            Accumulation::Fp16Blocks => format!("executor-{}-acc", self.precision.name()),
+        }
     }
 
     fn load(&self, path: &Path) -> Result<Self::Package, Self::Error> {
-        LoadedPackage::load(path, self.precision)
+        Ok(LoadedPackage::load(path, self.precision)?.with_accumulation(self.accumulation))
     }
 
     fn new_state(
@@ -112,5 +126,71 @@ impl Backend for ExecutorBackend {
             None => run()?,
         };
         Ok((outputs, first_non_finite))
+    }
+}
+
+/// The executor arithmetics `--precision` names: a [`Precision`] and how sums inside ops
+/// accumulate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Arithmetic {
+    /// fp16 values (every fp16 op output rounded to fp16), sums in f32: the contract.
+    Fp16,
+    /// fp32 values, sums in f32 (no rounding).
+    Fp32,
+    /// fp16 values with sums accumulated in fp16 blocks: the pessimistic bracket.
+    Fp16Acc,
+}
+
+impl Arithmetic {
+    pub const ALL: [Arithmetic; 3] = [Arithmetic::Fp16, Arithmetic::Fp32, Arithmetic::Fp16Acc];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Arithmetic::Fp16 => "fp16",
+            Arithmetic::Fp32 => "fp32",
+            Arithmetic::Fp16Acc => "fp16-acc",
+        }
+    }
+
+    pub fn precision(self) -> Precision {
+        match self {
+            Arithmetic::Fp16 | Arithmetic::Fp16Acc => Precision::Fp16,
+            Arithmetic::Fp32 => Precision::Fp32,
+        }
+    }
+
+    pub fn accumulation(self) -> Accumulation {
+        match self {
+            Arithmetic::Fp16 | Arithmetic::Fp32 => Accumulation::F32,
+            Arithmetic::Fp16Acc => Accumulation::Fp16Blocks,
+        }
+    }
+}
+
+impl From<Precision> for Arithmetic {
+    fn from(p: Precision) -> Self {
+        match p {
+            Precision::Fp16 => Arithmetic::Fp16,
+            Precision::Fp32 => Arithmetic::Fp32,
+        }
+    }
+}
+
+impl std::fmt::Display for Arithmetic {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Arithmetic {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Arithmetic::ALL
+            .into_iter()
+            .find(|a| a.name() == s)
+            .ok_or_else(|| {
+                let known: Vec<&str> = Arithmetic::ALL.iter().map(|a| a.name()).collect();
+                format!("unknown precision `{s}` (one of: {})", known.join(", "))
+            })
     }
 }

@@ -9,7 +9,7 @@ use anemone_mil::{DType, Op, Precision, Var};
 use crate::decompress::{blockwise_shift_scale, const_tensor, lut_to_dense};
 use crate::error::{ExecError, Result};
 use crate::kernels::elementwise::Operand;
-use crate::kernels::{elementwise, linalg, norm, shape};
+use crate::kernels::{elementwise, fp16acc, linalg, norm, shape, Accumulation};
 use crate::package::{Fused, LoadedPackage, PreparedFunction, State, Step};
 
 enum Slot<'a> {
@@ -25,6 +25,7 @@ struct Frame<'a, 's> {
     slots: Vec<Slot<'a>>,
     state: &'s mut State,
     precision: Precision,
+    acc: Accumulation,
 }
 
 impl<'a> Frame<'a, '_> {
@@ -140,6 +141,7 @@ impl LoadedPackage {
             slots,
             state,
             precision: self.precision,
+            acc: self.accumulation,
         };
         for step in &f.steps {
             let op_err = |detail: String| ExecError::Op {
@@ -450,27 +452,49 @@ fn run_step(fr: &mut Frame, step: &Step) -> Result<Vec<Tensor>, String> {
             params,
         } => {
             let ty = out_ty.ok_or("conv declares no output")?;
-            let (xt, wt) = (fr.get(*x)?, fr.get(*weight)?);
+            let xt = fr.get(*x)?;
             let bt = bias.map(|b| fr.get(b)).transpose()?;
             let single_token =
                 xt.numel() == xt.shape[1] && params.strides == [1, 1] && params.pad == [0, 0, 0, 0];
-            if let (true, Some(w16)) = (single_token, fr.f.half_weights.get(weight)) {
-                let mut data = vec![0.0f32; ty.numel()];
-                linalg::matvec_f16(&mut data, w16, &xt.data)?;
-                if let Some(b) = bt {
-                    data.iter_mut().zip(&b.data).for_each(|(v, b)| *v += b);
+            let mut data = vec![0.0f32; ty.numel()];
+            match (fr.f.half_weights.get(weight), fr.get(*weight)) {
+                (Some(w16), _) if single_token => {
+                    match fr.acc {
+                        Accumulation::F32 => linalg::matvec_f16(&mut data, &w16.data, &xt.data)?,
+                        Accumulation::Fp16Blocks => {
+                            fp16acc::matvec_f16(&mut data, &w16.data, &xt.data)?
+                        }
+                    }
+                    if let Some(b) = bt {
+                        data.iter_mut().zip(&b.data).for_each(|(v, b)| *v += b);
+                    }
                 }
-                return one(data);
+                (_, Ok(wt)) => linalg::conv2d(
+                    &mut data,
+                    &xt.data,
+                    &xt.shape,
+                    &wt.data,
+                    &wt.shape,
+                    bt.map(|b| b.data.as_slice()),
+                    params,
+                    &ty.shape,
+                    fr.acc,
+                )?,
+                (Some(w16), Err(_)) => linalg::with_widened(&w16.data, |w| {
+                    linalg::conv2d(
+                        &mut data,
+                        &xt.data,
+                        &xt.shape,
+                        w,
+                        &w16.shape,
+                        bt.map(|b| b.data.as_slice()),
+                        params,
+                        &ty.shape,
+                        fr.acc,
+                    )
+                })?,
+                (None, Err(e)) => return Err(e),
             }
-            let data = linalg::conv2d(
-                &xt.data,
-                &xt.shape,
-                &wt.data,
-                &wt.shape,
-                bt.map(|b| b.data.as_slice()),
-                params,
-                &ty.shape,
-            )?;
             one(data)
         }
         Op::Matmul {
@@ -486,22 +510,40 @@ fn run_step(fr: &mut Frame, step: &Step) -> Result<Vec<Tensor>, String> {
                 *transpose_x,
                 *transpose_y,
                 &ty.shape,
+                fr.acc,
             )?;
             one(data)
         }
         Op::Linear { x, weight, bias } => {
             let ty = out_ty.ok_or("linear declares no output")?;
-            let (xt, wt) = (fr.get(*x)?, fr.get(*weight)?);
-            let (out_f, in_f) = (wt.shape[0], wt.shape[1]);
+            let xt = fr.get(*x)?;
+            let half = fr.f.half_weights.get(weight);
+            let (out_f, in_f) = match (half, fr.get(*weight)) {
+                (Some(w16), _) => (w16.shape[0], w16.shape[1]),
+                (None, Ok(wt)) => (wt.shape[0], wt.shape[1]),
+                (None, Err(e)) => return Err(e),
+            };
             let rows = xt.numel() / in_f.max(1);
             let mut data = vec![0.0f32; rows * out_f];
-            match fr.f.half_weights.get(weight) {
-                Some(w16) if rows == 1 => linalg::matvec_f16(&mut data, w16, &xt.data)?,
-                _ => {
-                    let xm = linalg::MatRef::row_major(&xt.data, rows, in_f);
-                    let wm = linalg::MatRef::row_major(&wt.data, out_f, in_f).transposed();
-                    linalg::matmul_into(&mut data, xm, wm, false)?;
+            let acc = fr.acc;
+            let gemm = |data: &mut [f32], w: &[f32]| {
+                let xm = linalg::MatRef::row_major(&xt.data, rows, in_f);
+                let wm = linalg::MatRef::row_major(w, out_f, in_f).transposed();
+                match acc {
+                    Accumulation::F32 => linalg::matmul_into(data, xm, wm, false),
+                    Accumulation::Fp16Blocks => fp16acc::matmul_into(data, xm, wm),
                 }
+            };
+            match (half, fr.get(*weight)) {
+                (Some(w16), _) if rows == 1 => match acc {
+                    Accumulation::F32 => linalg::matvec_f16(&mut data, &w16.data, &xt.data)?,
+                    Accumulation::Fp16Blocks => {
+                        fp16acc::matvec_f16(&mut data, &w16.data, &xt.data)?
+                    }
+                },
+                (_, Ok(wt)) => gemm(&mut data, &wt.data)?,
+                (Some(w16), Err(_)) => linalg::with_widened(&w16.data, |w| gemm(&mut data, w))?,
+                (None, Err(e)) => return Err(e),
             }
             if let Some(b) = bias {
                 let bt = fr.get(*b)?;
@@ -514,7 +556,7 @@ fn run_step(fr: &mut Frame, step: &Step) -> Result<Vec<Tensor>, String> {
         }
         Op::Softmax { x, axis } => {
             let mut t = fr.take(*x, step)?;
-            norm::softmax(&mut t.data, &t.shape, *axis);
+            norm::softmax(&mut t.data, &t.shape, *axis, fr.acc);
             Ok(vec![t])
         }
         Op::LayerNorm {
@@ -534,12 +576,13 @@ fn run_step(fr: &mut Frame, step: &Step) -> Result<Vec<Tensor>, String> {
                 g.map(|g| g.data.as_slice()),
                 b.map(|b| b.data.as_slice()),
                 *epsilon,
+                fr.acc,
             );
             Ok(vec![t])
         }
         Op::Reduce { kind, x, axes, .. } => {
             let t = fr.get(*x)?;
-            one(norm::reduce(*kind, &t.data, &t.shape, axes))
+            one(norm::reduce(*kind, &t.data, &t.shape, axes, fr.acc))
         }
         Op::Unary { kind, x } => {
             let mut t = fr.take(*x, step)?;
@@ -660,6 +703,7 @@ fn matmul(
     tx: bool,
     ty: bool,
     out_shape: &[usize],
+    acc: Accumulation,
 ) -> Result<Vec<f32>, String> {
     let (xr, yr, or) = (x.rank(), y.rank(), out_shape.len());
     let (xa, xb) = (x.shape[xr - 2], x.shape[xr - 1]);
@@ -686,7 +730,11 @@ fn matmul(
                 b = b.transposed();
             }
             let dst = &mut out[o * m * n..(o + 1) * m * n];
-            if let Err(e) = linalg::matmul_into(dst, a, b, false) {
+            let done = match acc {
+                Accumulation::F32 => linalg::matmul_into(dst, a, b, false),
+                Accumulation::Fp16Blocks => fp16acc::matmul_into(dst, a, b),
+            };
+            if let Err(e) = done {
                 failure = Some(e);
             }
         },

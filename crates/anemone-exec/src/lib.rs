@@ -16,10 +16,23 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Loading decodes every const and constexpr once into f32 buffers (identical payloads shared
-//! by all functions); running interprets the remaining ops in order. In [`Precision::Fp16`]
-//! every op output declared fp16 is rounded to fp16 as the ANE stores it, while sums inside
-//! an op (conv, matmul, norms) accumulate in f32.
+//! Loading decodes every const and constexpr once (identical payloads shared by all functions);
+//! running interprets the remaining ops in order.
+//!
+//! The numerics contract of [`Precision::Fp16`] (what the gate measures; unchanged by how the
+//! executor stores weights):
+//! - every op output declared fp16, every state write and every fp16 input is rounded to fp16
+//!   (nearest even) as the ANE stores it; pure data movement is not re-rounded;
+//! - sums inside an op (conv, linear, matmul, softmax, layer_norm, reduce) accumulate in f32;
+//!   products are of the f32 values of fp16 operands (widening is exact);
+//! - fp16 projection weights (1×1 conv, linear) are held as fp16 only: single-token steps read
+//!   them through an fp16×f32 dot ([`kernels::linalg::matvec_f16`]), wider steps widen them
+//!   into a reused f32 buffer and run the same `gemm` call as on an f32 copy, so results are bit
+//!   for bit those of an f32 copy of the weights. Other constants are held as f32.
+//!
+//! [`Accumulation::Fp16Blocks`] (`--precision fp16-acc`) keeps the rounding above and makes
+//! every sum inside an op accumulate in fp16 blocks ([`kernels::fp16acc`]): the pessimistic
+//! bracket of the Neural Engine's undocumented accumulator.
 
 // Library code reports failures as errors; tests may unwrap (docs/ARCHITECTURE.md, "Lint gates").
 #![cfg_attr(
@@ -42,7 +55,8 @@ mod package;
 
 pub use error::{ExecError, Result};
 pub use interp::OpOutput;
+pub use kernels::Accumulation;
 pub use package::{LoadedPackage, Port, Signature, State};
 // The tensor and precision of the backend contract, re-exported for users of the executor alone.
 pub use anemone_backend::{round_f16, round_f16_in_place, Precision, Tensor, MAX_EXACT_INT};
-pub use backend::ExecutorBackend;
+pub use backend::{Arithmetic, ExecutorBackend};

@@ -60,16 +60,26 @@ pub(crate) struct PreparedFunction {
     pub state_vars: Vec<Var>,
     pub output_vars: Vec<Var>,
     pub value_names: Vec<String>,
+    /// Constants held as f32 (every constant except the fp16 projection weights below).
     pub constants: Vec<(Var, Arc<Tensor>)>,
-    /// fp16 copies of fp16 projection weights (1×1 conv, linear) for single-token matvecs.
-    pub half_weights: HashMap<Var, Arc<Vec<f16>>>,
+    /// fp16 projection weights (1×1 conv, linear), kept fp16 and only fp16: single-token steps
+    /// read them directly ([`crate::kernels::linalg::matvec_f16`]), wider steps widen them
+    /// exactly into a reused f32 buffer. Either way the sums equal those over the f32 values.
+    pub half_weights: HashMap<Var, Arc<HalfWeight>>,
     pub steps: Vec<Step>,
+}
+
+/// An fp16 weight stored as fp16 (its values, widened, are exactly the f32 constant's).
+pub(crate) struct HalfWeight {
+    pub shape: Vec<usize>,
+    pub data: Vec<f16>,
 }
 
 /// A package loaded from disk and prepared for execution in one precision.
 pub struct LoadedPackage {
     pub(crate) path: PathBuf,
     pub(crate) precision: Precision,
+    pub(crate) accumulation: crate::kernels::Accumulation,
     pub(crate) functions: Vec<PreparedFunction>,
     pub(crate) default_function: String,
 }
@@ -121,7 +131,7 @@ impl LoadedPackage {
             source,
         })?;
         let mut cache: HashMap<ConstKey, Arc<Tensor>> = HashMap::new();
-        let mut halves: HashMap<*const Tensor, Arc<Vec<f16>>> = HashMap::new();
+        let mut halves: HashMap<*const Tensor, Arc<HalfWeight>> = HashMap::new();
         let functions = program
             .functions()
             .iter()
@@ -130,6 +140,7 @@ impl LoadedPackage {
         Ok(LoadedPackage {
             path: path.to_path_buf(),
             precision,
+            accumulation: crate::kernels::Accumulation::F32,
             functions,
             default_function: program.default_function_name().to_string(),
         })
@@ -141,6 +152,16 @@ impl LoadedPackage {
 
     pub fn precision(&self) -> Precision {
         self.precision
+    }
+
+    /// Sums inside ops accumulate as `accumulation` says (f32 unless set).
+    pub fn with_accumulation(mut self, accumulation: crate::kernels::Accumulation) -> Self {
+        self.accumulation = accumulation;
+        self
+    }
+
+    pub fn accumulation(&self) -> crate::kernels::Accumulation {
+        self.accumulation
     }
 
     pub fn function_names(&self) -> impl Iterator<Item = &str> {
@@ -238,7 +259,7 @@ fn prepare(
     path: &Path,
     f: &Function,
     cache: &mut HashMap<ConstKey, Arc<Tensor>>,
-    halves: &mut HashMap<*const Tensor, Arc<Vec<f16>>>,
+    halves: &mut HashMap<*const Tensor, Arc<HalfWeight>>,
 ) -> Result<PreparedFunction> {
     let mut constants = Vec::new();
     let mut steps = Vec::new();
@@ -272,24 +293,7 @@ fn prepare(
     }
     plan_lifetimes(f, &mut steps);
     fuse_state_updates(f, &mut steps);
-    let mut half_weights = HashMap::new();
-    for s in &steps {
-        let weight = match &s.op {
-            Op::Conv { weight, params, .. } if params.groups == 1 => *weight,
-            Op::Linear { weight, .. } => *weight,
-            _ => continue,
-        };
-        let Some((_, t)) = constants.iter().find(|(v, _)| *v == weight) else {
-            continue;
-        };
-        let pointwise = t.shape.len() == 2 || t.shape[2..].iter().all(|&d| d == 1);
-        if t.dtype == DType::F16 && pointwise {
-            let h = halves
-                .entry(Arc::as_ptr(t))
-                .or_insert_with(|| Arc::new(t.data.iter().map(|&v| f16::from_f32(v)).collect()));
-            half_weights.insert(weight, h.clone());
-        }
-    }
+    let half_weights = half_weights(f, &steps, &mut constants, halves);
     let input_vars: Vec<Var> = f.tensor_inputs().collect();
     let state_vars: Vec<Var> = f.state_inputs().collect();
     let output_vars = f.outputs().to_vec();
@@ -308,6 +312,55 @@ fn prepare(
         half_weights,
         steps,
     })
+}
+
+/// Gives the fp16 weights that only 1×1 convs (one group) and linears read an fp16 copy (shared
+/// between functions through `halves`) and drops their f32 constant when the copy holds exactly
+/// its values (always, for weights stored as fp16).
+fn half_weights(
+    f: &Function,
+    steps: &[Step],
+    constants: &mut Vec<(Var, Arc<Tensor>)>,
+    halves: &mut HashMap<*const Tensor, Arc<HalfWeight>>,
+) -> HashMap<Var, Arc<HalfWeight>> {
+    let mut projection_uses = vec![0usize; f.values().len()];
+    let mut all_uses = vec![0usize; f.values().len()];
+    for s in steps {
+        for v in s.op.operands() {
+            all_uses[v.index()] += 1;
+        }
+        match &s.op {
+            Op::Conv { weight, params, .. } if params.groups == 1 => {
+                projection_uses[weight.index()] += 1
+            }
+            Op::Linear { weight, .. } => projection_uses[weight.index()] += 1,
+            _ => {}
+        }
+    }
+    for v in f.outputs() {
+        all_uses[v.index()] += 1;
+    }
+    let mut out = HashMap::new();
+    constants.retain(|(v, t)| {
+        let i = v.index();
+        let pointwise =
+            t.shape.len() == 2 || (t.shape.len() > 2 && t.shape[2..].iter().all(|&d| d == 1));
+        let only_projections = projection_uses[i] > 0 && projection_uses[i] == all_uses[i];
+        if !(t.dtype == DType::F16 && pointwise && only_projections) {
+            return true;
+        }
+        let h = halves.entry(Arc::as_ptr(t)).or_insert_with(|| {
+            Arc::new(HalfWeight {
+                shape: t.shape.clone(),
+                data: t.data.iter().map(|&x| f16::from_f32(x)).collect(),
+            })
+        });
+        out.insert(*v, h.clone());
+        // a dequantized weight declared fp16 may hold values fp16 cannot: wide steps keep
+        // reading those f32 values (single-token steps read the fp16 copy, as always)
+        !t.data.iter().all(|&x| f16::from_f32(x).to_f32() == x)
+    });
+    out
 }
 
 /// Fills each step's `release` (values dead after it) and `movable` (operands it may take).

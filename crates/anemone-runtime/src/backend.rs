@@ -8,6 +8,7 @@ use std::str::FromStr;
 
 use anemone_backend::Backend;
 use anemone_exec::ExecutorBackend;
+pub use anemone_exec::{Accumulation, Arithmetic};
 use anemone_mil::Precision;
 
 use crate::pipeline::{Pipeline, PipelineError, PipelineOptions};
@@ -93,6 +94,8 @@ impl FromStr for BackendKind {
 pub struct BackendChoice {
     pub kind: BackendKind,
     pub precision: Precision,
+    /// Executor only: how sums inside ops accumulate (`--precision fp16-acc`).
+    pub accumulation: Accumulation,
     pub threads: Option<usize>,
     /// Core ML only: the devices it may use.
     pub compute_units: anemone_coreml::ComputeUnits,
@@ -101,11 +104,21 @@ pub struct BackendChoice {
 }
 
 impl BackendChoice {
+    /// The arithmetic `--precision` names for this choice.
+    pub fn arithmetic(&self) -> Arithmetic {
+        match (self.precision, self.accumulation) {
+            (Precision::Fp16, Accumulation::F32) => Arithmetic::Fp16,
+            (Precision::Fp16, Accumulation::Fp16Blocks) => Arithmetic::Fp16Acc,
+            (Precision::Fp32, Accumulation::F32 | Accumulation::Fp16Blocks) => Arithmetic::Fp32,
+        }
+    }
+
     /// `kind` in `precision` on all cores, Core ML on its defaults (Neural Engine, cache on).
     pub fn new(kind: BackendKind, precision: Precision) -> Self {
         BackendChoice {
             kind,
             precision,
+            accumulation: Accumulation::F32,
             threads: None,
             compute_units: anemone_coreml::ComputeUnits::default(),
             no_cache: false,
@@ -145,6 +158,7 @@ pub fn with_backend<T: BackendTask>(
                         })?,
                     None => ExecutorBackend::new(choice.precision),
                 };
+            let backend = backend.with_accumulation(choice.accumulation);
             Ok(task.run(backend))
         }
         #[cfg(target_vendor = "apple")]

@@ -5,7 +5,7 @@ use anemone_mil::ConvParams;
 use gemm::Parallelism;
 use rayon::prelude::*;
 
-use super::simd;
+use super::{fp16acc, simd, Accumulation};
 
 /// A strided read-only matrix view: element (i, j) at `data[i * rs + j * cs]`.
 #[derive(Clone, Copy)]
@@ -171,8 +171,31 @@ pub fn matvec_f16(dst: &mut [f32], w: &[half::f16], x: &[f32]) -> Result<(), Str
     Ok(())
 }
 
-/// 2-D convolution of `x [N, C, H, W]` with `w [O, C/groups, kH, kW]` into `[N, O, oH, oW]`.
+std::thread_local! {
+    /// Per-thread buffer that fp16 weights are widened into for wide (multi-token) products.
+    static WIDENED: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` on `w` widened to f32 (exact) in a buffer reused across calls on this thread, so a
+/// wide product over an fp16 weight costs no allocation and no resident f32 copy of the weight.
+pub fn with_widened<R>(w: &[half::f16], f: impl FnOnce(&[f32]) -> R) -> R {
+    use half::slice::HalfFloatSliceExt;
+    WIDENED.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut buf) => {
+            buf.resize(w.len(), 0.0);
+            w.convert_to_f32_slice(&mut buf);
+            f(&buf)
+        }
+        // re-entered on this thread (a nested pool task): a buffer of its own
+        Err(_) => f(&w.to_f32_vec()),
+    })
+}
+
+/// 2-D convolution of `x [N, C, H, W]` with `w [O, C/groups, kH, kW]` into `dst [N, O, oH, oW]`
+/// (which must hold zeros).
+#[allow(clippy::too_many_arguments)]
 pub fn conv2d(
+    out: &mut [f32],
     x: &[f32],
     x_shape: &[usize],
     w: &[f32],
@@ -180,13 +203,19 @@ pub fn conv2d(
     bias: Option<&[f32]>,
     p: &ConvParams,
     out_shape: &[usize],
-) -> Result<Vec<f32>, String> {
+    acc: Accumulation,
+) -> Result<(), String> {
     let (n, c, h, wd) = (x_shape[0], x_shape[1], x_shape[2], x_shape[3]);
     let (o, cpg, kh, kw) = (w_shape[0], w_shape[1], w_shape[2], w_shape[3]);
     let (oh, ow) = (out_shape[2], out_shape[3]);
     let g = p.groups;
     let opg = o / g;
-    let mut out = vec![0.0f32; n * o * oh * ow];
+    if out.len() != n * o * oh * ow {
+        return Err(format!(
+            "conv output holds {} values, {n}×{o}×{oh}×{ow} expected",
+            out.len()
+        ));
+    }
     let pointwise = kh == 1 && kw == 1 && p.strides == [1, 1] && p.pad == [0, 0, 0, 0];
     if pointwise {
         // per batch and group: out[opg × HW] = W[opg × cpg] · X[cpg × HW]
@@ -197,7 +226,11 @@ pub fn conv2d(
                 let xs = (b * c + gi * cpg) * hw;
                 let xm = MatRef::row_major(&x[xs..xs + cpg * hw], cpg, hw);
                 let os = (b * o + gi * opg) * hw;
-                matmul_into(&mut out[os..os + opg * hw], wm, xm, false)?;
+                let dst = &mut out[os..os + opg * hw];
+                match acc {
+                    Accumulation::F32 => matmul_into(dst, wm, xm, false)?,
+                    Accumulation::Fp16Blocks => fp16acc::matmul_into(dst, wm, xm)?,
+                }
             }
         }
     } else {
@@ -205,11 +238,21 @@ pub fn conv2d(
         let kernel = |(bo, dst): (usize, &mut [f32])| {
             let (b, oc) = (bo / o, bo % o);
             let gi = oc / opg;
+            // fp16 blocks: taps summed in f32 into `block`, folded into dst every BLOCK taps
+            let mut block = match acc {
+                Accumulation::F32 => Vec::new(),
+                Accumulation::Fp16Blocks => vec![0.0f32; dst.len()],
+            };
+            let mut taps = 0;
             for ci in 0..cpg {
                 let xc = (b * c + gi * cpg + ci) * h * wd;
                 for ki in 0..kh {
                     for kj in 0..kw {
                         let wv = w[((oc * cpg + ci) * kh + ki) * kw + kj];
+                        let sink: &mut [f32] = match acc {
+                            Accumulation::F32 => dst,
+                            Accumulation::Fp16Blocks => &mut block,
+                        };
                         for y in 0..oh {
                             let iy = (y * p.strides[0] + ki * p.dilations[0]) as isize
                                 - p.pad[0] as isize;
@@ -222,11 +265,18 @@ pub fn conv2d(
                                 if ix < 0 || ix >= wd as isize {
                                     continue;
                                 }
-                                dst[y * ow + xo] += wv * x[xc + iy as usize * wd + ix as usize];
+                                sink[y * ow + xo] += wv * x[xc + iy as usize * wd + ix as usize];
                             }
+                        }
+                        taps += 1;
+                        if acc == Accumulation::Fp16Blocks && taps % fp16acc::BLOCK == 0 {
+                            fp16acc::fold_block(dst, &mut block);
                         }
                     }
                 }
+            }
+            if acc == Accumulation::Fp16Blocks && taps % fp16acc::BLOCK != 0 {
+                fp16acc::fold_block(dst, &mut block);
             }
         };
         out.par_chunks_mut(plane.max(1))
@@ -240,5 +290,5 @@ pub fn conv2d(
             chunk.iter_mut().for_each(|v| *v += bv);
         }
     }
-    Ok(out)
+    Ok(())
 }

@@ -2,7 +2,20 @@
 //! inference when it was decoded, so kernels index without re-validating operands.
 
 pub mod elementwise;
+pub mod fp16acc;
 pub mod linalg;
 pub mod norm;
 pub mod shape;
 pub mod simd;
+
+/// How the sums inside an op (matmul/conv/linear dot products, softmax, layer_norm, reduce)
+/// accumulate. Rounding at op boundaries is the precision's business and is the same in both.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Accumulation {
+    /// In f32 (the default; the contract of [`anemone_mil::Precision::Fp16`]).
+    #[default]
+    F32,
+    /// In fp16, in blocks as an fp16 accumulator would ([`fp16acc`]): the pessimistic bracket
+    /// of the Neural Engine.
+    Fp16Blocks,
+}

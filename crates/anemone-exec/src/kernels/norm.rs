@@ -1,6 +1,9 @@
-//! Reductions over axis sets: softmax, layer_norm, reduce_*. Sums accumulate in f32.
+//! Reductions over axis sets: softmax, layer_norm, reduce_*. Sums accumulate in f32, or in
+//! fp16 blocks under [`Accumulation::Fp16Blocks`].
 
 use anemone_mil::ReduceOp;
+
+use super::{fp16acc, Accumulation};
 
 use crate::decompress::strides;
 
@@ -26,7 +29,7 @@ fn axis_offsets(shape: &[usize], axes: &[usize]) -> (Vec<usize>, Vec<usize>) {
 }
 
 /// Softmax along `axis`, with the row maximum subtracted first.
-pub fn softmax(data: &mut [f32], shape: &[usize], axis: usize) {
+pub fn softmax(data: &mut [f32], shape: &[usize], axis: usize, acc: Accumulation) {
     let outer: usize = shape[..axis].iter().product();
     let n = shape[axis];
     let inner: usize = shape[axis + 1..].iter().product();
@@ -44,6 +47,10 @@ pub fn softmax(data: &mut [f32], shape: &[usize], axis: usize) {
                 *r = (*r - max).exp();
                 sum += *r;
             }
+            match acc {
+                Accumulation::F32 => {}
+                Accumulation::Fp16Blocks => sum = fp16acc::sum(row.iter().copied()),
+            }
             for (k, r) in row.iter().enumerate() {
                 data[base + k * inner] = r / sum;
             }
@@ -60,19 +67,20 @@ pub fn layer_norm(
     gamma: Option<&[f32]>,
     beta: Option<&[f32]>,
     epsilon: f32,
+    acc: Accumulation,
 ) {
     let (norm, rest) = axis_offsets(shape, axes);
     let n = norm.len() as f32;
+    let total = |terms: &mut dyn Iterator<Item = f32>| match acc {
+        Accumulation::F32 => terms.sum::<f32>(),
+        Accumulation::Fp16Blocks => fp16acc::sum(terms),
+    };
     for &r in &rest {
-        let mean = norm.iter().map(|&k| data[r + k]).sum::<f32>() / n;
-        let var = norm
-            .iter()
-            .map(|&k| {
-                let d = data[r + k] - mean;
-                d * d
-            })
-            .sum::<f32>()
-            / n;
+        let mean = total(&mut norm.iter().map(|&k| data[r + k])) / n;
+        let var = total(&mut norm.iter().map(|&k| {
+            let d = data[r + k] - mean;
+            d * d
+        })) / n;
         let inv = 1.0 / (var + epsilon).sqrt();
         for (j, &k) in norm.iter().enumerate() {
             let mut y = (data[r + k] - mean) * inv;
@@ -89,13 +97,23 @@ pub fn layer_norm(
 
 /// Reduces over `axes`; the result is laid out over the remaining axes in order (which is
 /// the output layout with or without kept size-1 dims).
-pub fn reduce(kind: ReduceOp, data: &[f32], shape: &[usize], axes: &[usize]) -> Vec<f32> {
+pub fn reduce(
+    kind: ReduceOp,
+    data: &[f32],
+    shape: &[usize],
+    axes: &[usize],
+    acc: Accumulation,
+) -> Vec<f32> {
     let (red, rest) = axis_offsets(shape, axes);
     let n = red.len() as f32;
+    let total = |r: usize| match acc {
+        Accumulation::F32 => red.iter().map(|&k| data[r + k]).sum::<f32>(),
+        Accumulation::Fp16Blocks => fp16acc::sum(red.iter().map(|&k| data[r + k])),
+    };
     rest.iter()
         .map(|&r| match kind {
-            ReduceOp::Sum => red.iter().map(|&k| data[r + k]).sum::<f32>(),
-            ReduceOp::Mean => red.iter().map(|&k| data[r + k]).sum::<f32>() / n,
+            ReduceOp::Sum => total(r),
+            ReduceOp::Mean => total(r) / n,
             ReduceOp::Max => red
                 .iter()
                 .map(|&k| data[r + k])

@@ -92,6 +92,76 @@ unsafe fn dot_avx2(a: &[f32], b: &[f32]) -> f32 {
     sum
 }
 
+/// [`dot`] of fp16 weights with f32 values: bit-identical to `dot(&widened, b)` where `widened`
+/// is `w` widened to f32 (widening is exact and the sums run in the same order), reading half the
+/// bytes. Used where fp16 weights stay fp16 in memory (a bundle's host embedding and LM head).
+#[inline]
+pub fn dot_f16(w: &[half::f16], b: &[f32]) -> f32 {
+    let n = w.len().min(b.len());
+    #[cfg(target_arch = "x86_64")]
+    {
+        if has_avx2_fma() && std::arch::is_x86_feature_detected!("f16c") {
+            // SAFETY: AVX2, FMA and F16C were detected; slices are bounds-limited to n.
+            return unsafe { dot_f16_avx2(&w[..n], &b[..n]) };
+        }
+    }
+    let (w, b) = (&w[..n], &b[..n]);
+    let mut acc = [0f32; 16];
+    let chunks = n / 16;
+    for c in 0..chunks {
+        for j in 0..16 {
+            acc[j] += w[c * 16 + j].to_f32() * b[c * 16 + j];
+        }
+    }
+    let mut sum: f32 = acc.iter().sum();
+    for i in chunks * 16..n {
+        sum += w[i].to_f32() * b[i];
+    }
+    sum
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_f16_avx2(w: &[half::f16], b: &[f32]) -> f32 {
+    use std::arch::x86_64::*;
+    let n = w.len();
+    let (pw, pb) = (w.as_ptr() as *const u8, b.as_ptr());
+    // 8 halves (16 bytes) at element i, widened exactly to f32
+    macro_rules! load {
+        ($i:expr) => {
+            _mm256_cvtph_ps(_mm_loadu_si128(pw.add(2 * $i) as *const __m128i))
+        };
+    }
+    let mut acc0 = _mm256_setzero_ps();
+    let mut acc1 = _mm256_setzero_ps();
+    let mut acc2 = _mm256_setzero_ps();
+    let mut acc3 = _mm256_setzero_ps();
+    let mut i = 0;
+    while i + 32 <= n {
+        acc0 = _mm256_fmadd_ps(load!(i), _mm256_loadu_ps(pb.add(i)), acc0);
+        acc1 = _mm256_fmadd_ps(load!(i + 8), _mm256_loadu_ps(pb.add(i + 8)), acc1);
+        acc2 = _mm256_fmadd_ps(load!(i + 16), _mm256_loadu_ps(pb.add(i + 16)), acc2);
+        acc3 = _mm256_fmadd_ps(load!(i + 24), _mm256_loadu_ps(pb.add(i + 24)), acc3);
+        i += 32;
+    }
+    while i + 8 <= n {
+        acc0 = _mm256_fmadd_ps(load!(i), _mm256_loadu_ps(pb.add(i)), acc0);
+        i += 8;
+    }
+    let acc = _mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3));
+    let hi = _mm256_extractf128_ps(acc, 1);
+    let lo = _mm256_castps256_ps128(acc);
+    let s = _mm_add_ps(hi, lo);
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+    let mut sum = _mm_cvtss_f32(s);
+    while i < n {
+        sum += w[i].to_f32() * *pb.add(i);
+        i += 1;
+    }
+    sum
+}
+
 /// `y[o] = Σ_i w[o·n_in + i]·x[i]` for a row-major `[y.len(), x.len()]` weight, rows split across
 /// the current rayon pool.
 pub fn matvec(w: &[f32], x: &[f32], y: &mut [f32]) {
@@ -352,6 +422,23 @@ mod tests {
                 (s as f32 / u32::MAX as f32) - 0.5
             })
             .collect()
+    }
+
+    #[test]
+    fn dot_f16_is_bit_identical_to_dot_of_the_widened_weights() {
+        for n in [0usize, 1, 7, 8, 31, 32, 33, 100, 896] {
+            let w: Vec<half::f16> = pseudo_random(n, 3)
+                .iter()
+                .map(|&v| half::f16::from_f32(v))
+                .collect();
+            let widened: Vec<f32> = w.iter().map(|v| v.to_f32()).collect();
+            let x = pseudo_random(n, 9);
+            assert_eq!(
+                dot_f16(&w, &x).to_bits(),
+                dot(&widened, &x).to_bits(),
+                "n={n}"
+            );
+        }
     }
 
     fn naive_matmul_t(x: &[f32], w: &[f32], rows: usize, n_in: usize, n_out: usize) -> Vec<f32> {

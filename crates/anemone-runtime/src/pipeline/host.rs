@@ -1,25 +1,55 @@
 //! What runs on the host: the token embedding, the final RMSNorm and the LM head (read from
 //! `host.safetensors`), and the bundle's tokenizer.
 
+use std::borrow::Cow;
 use std::path::Path;
 
 use anemone_checkpoint::TokenizerBundle;
 use anemone_models::bundle::Manifest;
 use anemone_models::families::decoder::tensor_names::{EMBED_TOKENS as EMBED, FINAL_NORM, LM_HEAD};
+use anemone_models::reference::kernels::{dot, dot_f16};
 use half::f16;
 use rayon::prelude::*;
 
 use super::PipelineError;
 
-/// Host tensors as f32, in Hugging Face layout (`[vocab, hidden]` rows).
+/// A host tensor kept in its stored dtype: fp16 tensors stay fp16 (half the memory of f32) and
+/// are widened exactly when read, so every result equals the f32 computation on the widened
+/// values bit for bit.
+enum HostTensor {
+    F32(Vec<f32>),
+    F16(Vec<f16>),
+}
+
+impl HostTensor {
+    fn row(&self, row: usize, width: usize) -> Cow<'_, [f32]> {
+        let range = row * width..(row + 1) * width;
+        match self {
+            HostTensor::F32(v) => Cow::Borrowed(&v[range]),
+            HostTensor::F16(v) => Cow::Owned(v[range].iter().map(|h| h.to_f32()).collect()),
+        }
+    }
+
+    /// `Σ_i self[row, i]·x[i]`, the same sums in the same order for either dtype.
+    fn dot_row(&self, row: usize, x: &[f32]) -> f32 {
+        let range = row * x.len()..(row + 1) * x.len();
+        match self {
+            HostTensor::F32(v) => dot(&v[range], x),
+            HostTensor::F16(v) => dot_f16(&v[range], x),
+        }
+    }
+}
+
+/// Host tensors in their stored dtype (F16 or F32), in Hugging Face layout (`[vocab, hidden]`
+/// rows); sums run in f32.
 pub struct HostWeights {
     hidden: usize,
     vocab: usize,
     eps: f32,
-    embed: Vec<f32>,
+    embed: HostTensor,
     final_norm: Vec<f32>,
     /// `None` when the head is tied to the embedding or runs as its own package.
-    lm_head: Option<Vec<f32>>,
+    lm_head: Option<HostTensor>,
     /// The head runs on the host (else in the LM-head package, which holds its own norm).
     head_on_host: bool,
 }
@@ -27,11 +57,16 @@ pub struct HostWeights {
 impl HostWeights {
     pub fn load(dir: &Path, manifest: &Manifest) -> Result<Self, PipelineError> {
         let path = dir.join(&manifest.host.path);
-        let bytes = std::fs::read(&path).map_err(|e| PipelineError::Host {
+        let io = |e: std::io::Error| PipelineError::Host {
             path: path.clone(),
             tensor: "(file)".into(),
             problem: e.to_string(),
-        })?;
+        };
+        let file = std::fs::File::open(&path).map_err(io)?;
+        // SAFETY: the bundle's files are not modified while a pipeline loads them (bundles are
+        // replaced by atomic directory exchange, never written in place); the map is dropped
+        // before this function returns.
+        let bytes = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
         let file =
             safetensors::SafeTensors::deserialize(&bytes).map_err(|e| PipelineError::Host {
                 path: path.clone(),
@@ -41,9 +76,12 @@ impl HostWeights {
         let c = &manifest.config;
         let (h, vocab) = (c.hidden_size, c.vocab_size);
         let head_on_host = manifest.lm_head.is_none();
-        let load = |name: &str, shape: &[usize]| read_tensor(&path, &file, name, shape);
+        let load = |name: &str, shape: &[usize]| read_tensor(&path, &file, &bytes, name, shape);
         let embed = load(EMBED, &[vocab, h])?;
-        let final_norm = load(FINAL_NORM, &[h])?;
+        let final_norm = match load(FINAL_NORM, &[h])? {
+            HostTensor::F32(v) => v,
+            HostTensor::F16(v) => v.iter().map(|x| x.to_f32()).collect(),
+        };
         let lm_head = if head_on_host && !c.tie_word_embeddings {
             Some(load(LM_HEAD, &[vocab, h])?)
         } else {
@@ -60,10 +98,9 @@ impl HostWeights {
         })
     }
 
-    /// The embedding row of `id` (checked against the vocabulary by the caller).
-    pub fn embedding(&self, id: u32) -> &[f32] {
-        let row = id as usize * self.hidden;
-        &self.embed[row..row + self.hidden]
+    /// The embedding row of `id` as f32 (checked against the vocabulary by the caller).
+    pub fn embedding(&self, id: u32) -> Cow<'_, [f32]> {
+        self.embed.row(id as usize, self.hidden)
     }
 
     /// Whether [`HostWeights::logits`] is the head (else the LM-head package is).
@@ -81,28 +118,30 @@ impl HostWeights {
             .zip(&self.final_norm)
             .map(|(v, w)| (*v as f64 * inv) as f32 * w)
             .collect();
-        let head = self.lm_head.as_deref().unwrap_or(&self.embed);
+        let head = self.lm_head.as_ref().unwrap_or(&self.embed);
         let mut logits = vec![0f32; self.vocab];
         logits
             .par_chunks_mut(1024)
             .enumerate()
             .for_each(|(block, out)| {
                 for (i, o) in out.iter_mut().enumerate() {
-                    let row = (block * 1024 + i) * h;
-                    *o = anemone_models::reference::kernels::dot(&head[row..row + h], &normed);
+                    *o = head.dot_row(block * 1024 + i, &normed);
                 }
             });
         logits
     }
 }
 
-/// A tensor of `file` as f32, checked against `shape` (F16 or F32 on disk).
+/// A tensor of `file` in its stored dtype, checked against `shape` (F16 or F32 on disk). The
+/// file's pages are released from the map as they are copied, so loading never holds the file
+/// and the tensors at once.
 fn read_tensor(
     path: &Path,
     file: &safetensors::SafeTensors,
+    map: &memmap2::Mmap,
     name: &str,
     shape: &[usize],
-) -> Result<Vec<f32>, PipelineError> {
+) -> Result<HostTensor, PipelineError> {
     let bad = |problem: String| PipelineError::Host {
         path: path.to_path_buf(),
         tensor: name.to_string(),
@@ -118,15 +157,45 @@ fn read_tensor(
         )));
     }
     let data = view.data();
+    let offset = data.as_ptr() as usize - map.as_ptr() as usize;
+    const BLOCK: usize = 8 << 20;
+    let release = |at: usize, len: usize| {
+        // page-aligned inner part of [at, at + len): never read again
+        let page = 4096;
+        let (lo, hi) = (at.div_ceil(page) * page, (at + len) / page * page);
+        if hi > lo {
+            // SAFETY: the range lies inside the map and its bytes have been copied; nothing
+            // reads them again (a read would see the file again, not zeros: the map is shared).
+            let _ = unsafe {
+                map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, lo, hi - lo)
+            };
+        }
+    };
     match view.dtype() {
-        safetensors::Dtype::F32 => Ok(data
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect()),
-        safetensors::Dtype::F16 => Ok(data
-            .chunks_exact(2)
-            .map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32())
-            .collect()),
+        safetensors::Dtype::F32 => {
+            let mut out = Vec::with_capacity(data.len() / 4);
+            for (i, block) in data.chunks(BLOCK).enumerate() {
+                out.extend(
+                    block
+                        .chunks_exact(4)
+                        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+                );
+                release(offset + i * BLOCK, block.len());
+            }
+            Ok(HostTensor::F32(out))
+        }
+        safetensors::Dtype::F16 => {
+            let mut out = Vec::with_capacity(data.len() / 2);
+            for (i, block) in data.chunks(BLOCK).enumerate() {
+                out.extend(
+                    block
+                        .chunks_exact(2)
+                        .map(|b| f16::from_le_bytes([b[0], b[1]])),
+                );
+                release(offset + i * BLOCK, block.len());
+            }
+            Ok(HostTensor::F16(out))
+        }
         other => Err(bad(format!("dtype {other:?}; bundles hold F16 or F32"))),
     }
 }

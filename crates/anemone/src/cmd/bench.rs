@@ -5,7 +5,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use anemone_mil::Precision;
+use anemone_runtime::backend::Arithmetic;
 use anemone_runtime::backend::BackendKind;
 use anemone_runtime::engine::{Engine, TimedRun};
 use anemone_serve::loadgen::{self, quantile, LoadConfig};
@@ -59,7 +59,7 @@ pub struct BenchArgs {
     pub no_verify: bool,
     /// Bundles: the executor's arithmetic (default: the bundle's precision).
     #[arg(long)]
-    pub precision: Option<Precision>,
+    pub precision: Option<Arithmetic>,
     /// One JSON object on stdout instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -102,12 +102,11 @@ fn run_local(args: &BenchArgs, path: &Path) -> Result<()> {
     };
     let precision = match (args.precision, is_bundle) {
         (Some(p), _) => p,
-        (None, true) => {
-            anemone_models::bundle::read_manifest(path)?
-                .conversion
-                .precision
-        }
-        (None, false) => Precision::Fp32,
+        (None, true) => anemone_models::bundle::read_manifest(path)?
+            .conversion
+            .precision
+            .into(),
+        (None, false) => Arithmetic::Fp32,
     };
     let hashes = model_hashes(path, is_bundle)?;
     let mut results = Vec::new();

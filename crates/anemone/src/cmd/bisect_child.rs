@@ -79,7 +79,7 @@ impl ChildReport {
 pub fn run(args: BisectChildArgs) -> Result<()> {
     let choice = args
         .coreml
-        .choice(args.backend, args.precision, args.threads);
+        .choice(args.backend, args.precision.into(), args.threads);
     let options = PipelineOptions {
         verify_hashes: false,
         host_threads: args.threads,

@@ -447,7 +447,9 @@ fn gate_on(
     args: &DoctorArgs,
 ) -> Result<Part<GateRow>> {
     let spinner = super::spinner(format!("gate on {kind}"));
-    let choice = args.coreml.choice(kind, Precision::Fp16, args.threads);
+    let choice = args
+        .coreml
+        .choice(kind, Precision::Fp16.into(), args.threads);
     let task = GateTask {
         ids,
         reference,

@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 
 use anemone_backend::Backend;
 use anemone_checkpoint::Checkpoint;
-use anemone_mil::Precision;
 use anemone_models::reference::{ReferenceModel, ReferenceOptions};
+use anemone_runtime::backend::Arithmetic;
 use anemone_runtime::backend::{run_on_backend, BackendKind, PipelineTask};
 use anemone_runtime::gate::{self, plot, GateOptions, GateReport};
 use anemone_runtime::pipeline::{Pipeline, PipelineOptions};
@@ -48,10 +48,11 @@ pub struct GateArgs {
     #[arg(long, default_value_t = 8)]
     pub steps: usize,
 
-    /// Executor precision(s), comma-separated: each bundle runs once per precision. Default: the
-    /// bundle's own precision.
+    /// Executor precision(s), comma-separated: each bundle runs once per precision: fp16 (fp16
+    /// values, sums in f32), fp32, or fp16-acc (fp16 values, sums accumulated in fp16 blocks: the
+    /// pessimistic bracket of the Neural Engine). Default: the bundle's own precision.
     #[arg(long, value_delimiter = ',')]
-    pub precision: Vec<Precision>,
+    pub precision: Vec<Arithmetic>,
 
     /// The engine that runs the bundles. executor: the MIL executor, a CPU interpreter on any OS
     /// that also names the first op producing inf or NaN; coreml (macOS only): Core ML.
@@ -148,7 +149,7 @@ pub fn run(args: GateArgs) -> Result<()> {
         let manifest = anemone_models::bundle::read_manifest(bundle)
             .with_context(|| format!("reading bundle {}", bundle.display()))?;
         let precisions = if args.precision.is_empty() {
-            vec![manifest.conversion.precision]
+            vec![manifest.conversion.precision.into()]
         } else {
             args.precision.clone()
         };
@@ -201,7 +202,7 @@ pub fn run(args: GateArgs) -> Result<()> {
 
 fn gate_one(
     bundle: &Path,
-    precision: Precision,
+    precision: Arithmetic,
     checkpoint: &Checkpoint,
     reference: &mut ReferenceModel,
     given: &[gate::GatePrompt],
@@ -240,7 +241,7 @@ fn gate_one(
 /// The gate of one bundle in one precision, whatever backend runs it.
 struct GateOnBundle<'a> {
     bundle: &'a Path,
-    precision: Precision,
+    precision: Arithmetic,
     checkpoint: &'a Checkpoint,
     reference: &'a mut ReferenceModel,
     given: &'a [gate::GatePrompt],

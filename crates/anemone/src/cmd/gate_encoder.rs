@@ -20,7 +20,17 @@ pub fn run(args: &GateArgs) -> Result<()> {
     let precisions = if args.precision.is_empty() {
         vec![Precision::Fp16]
     } else {
-        args.precision.clone()
+        let mut precisions = Vec::new();
+        for a in &args.precision {
+            match a {
+                anemone_runtime::backend::Arithmetic::Fp16Acc => {
+                    bail!("--precision fp16-acc is not available for encoder bundles (fp16, fp32)")
+                }
+                anemone_runtime::backend::Arithmetic::Fp16
+                | anemone_runtime::backend::Arithmetic::Fp32 => precisions.push(a.precision()),
+            }
+        }
+        precisions
     };
     let mut reports = Vec::new();
     for bundle in &args.bundles {

@@ -3,9 +3,9 @@
 
 use anemone_backend::Backend;
 use anemone_checkpoint::{Checkpoint, TokenizerBundle};
-use anemone_mil::Precision;
 use anemone_models::bundle::Manifest;
 use anemone_models::reference::{ReferenceModel, ReferenceOptions};
+use anemone_runtime::backend::Arithmetic;
 use anemone_runtime::backend::{run_on_backend, BackendChoice, BackendKind, PipelineTask};
 use anemone_runtime::pipeline::{Pipeline, PipelineOptions};
 use anemone_runtime::{
@@ -88,10 +88,11 @@ pub struct GenerateArgs {
     #[arg(long)]
     pub threads: Option<usize>,
 
-    /// Bundles only: the executor's arithmetic, fp16 (as the Neural Engine computes) or fp32.
+    /// Bundles only: the executor's arithmetic, fp16 (as the Neural Engine computes: fp16
+    /// values, sums in f32), fp32, or fp16-acc (sums accumulated in fp16 blocks, pessimistic).
     /// Default: the bundle's own precision.
     #[arg(long)]
-    pub precision: Option<Precision>,
+    pub precision: Option<Arithmetic>,
 
     /// Bundles only: the engine that runs the bundle's packages. executor: the MIL executor, a
     /// CPU interpreter on any OS; coreml (macOS only): Core ML. Default: coreml on macOS,
@@ -241,13 +242,14 @@ fn run_bundle(args: &GenerateArgs) -> Result<()> {
         .with_context(|| format!("reading bundle {}", args.model.display()))?;
     let choice = args.coreml.choice(
         args.backend.unwrap_or_else(BackendKind::for_bundles),
-        args.precision.unwrap_or(manifest.conversion.precision),
+        args.precision
+            .unwrap_or_else(|| manifest.conversion.precision.into()),
         args.threads,
     );
     let spinner = spinner(format!(
         "loading bundle {} ({} {})",
         args.model.display(),
-        choice.precision,
+        choice.arithmetic(),
         choice.kind
     ));
     let options = PipelineOptions {
@@ -281,7 +283,7 @@ impl PipelineTask for GenerateFromBundle<'_> {
         tracing::info!(
             context = pipeline.context(),
             chunks = self.manifest.chunks.len(),
-            precision = %self.choice.precision,
+            precision = %self.choice.arithmetic(),
             backend = %self.choice.kind,
             "bundle ready"
         );

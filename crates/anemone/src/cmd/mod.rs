@@ -39,15 +39,17 @@ pub struct CoreMlArgs {
 }
 
 impl CoreMlArgs {
-    /// The backend choice of `kind`, `precision` and `threads` with these Core ML options.
+    /// The backend choice of `kind`, `arithmetic` and `threads` with these Core ML options.
     pub fn choice(
         &self,
         kind: BackendKind,
-        precision: anemone_mil::Precision,
+        arithmetic: anemone_runtime::backend::Arithmetic,
         threads: Option<usize>,
     ) -> anemone_runtime::backend::BackendChoice {
+        let precision = arithmetic.precision();
         anemone_runtime::backend::BackendChoice {
             threads,
+            accumulation: arithmetic.accumulation(),
             compute_units: self.compute_units,
             no_cache: self.no_cache,
             ..anemone_runtime::backend::BackendChoice::new(kind, precision)

@@ -58,7 +58,7 @@ pub struct ServeArgs {
     /// Bundles only: the executor's arithmetic (default: the bundle's precision; fp16 for
     /// encoder bundles).
     #[arg(long)]
-    pub precision: Option<Precision>,
+    pub precision: Option<anemone_runtime::backend::Arithmetic>,
 
     /// Threads per forward pass (default: all cores).
     #[arg(long)]
@@ -121,7 +121,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         }
         let precision = match args.precision {
             Some(p) => p,
-            None => bundle_precision(&path)?,
+            None => bundle_precision(&path)?.into(),
         };
         let choice = args.coreml.choice(kind, precision, args.threads);
         let started = std::time::Instant::now();

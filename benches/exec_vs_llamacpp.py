@@ -1,0 +1,206 @@
+"""Benchmark (not a test): anemone's MIL executor and fp32 reference against llama.cpp at equal
+precision, in one run on one machine.
+
+For each real model (SmolLM2-135M Q4_1, Qwen2.5-0.5B Q4_K_M GGUFs) this builds, under --workdir:
+an F16 and an F32 GGUF (every tensor of the quantized file dequantized with `gguf`, so all
+engines hold the same weights), and anemone fp16 and fp32 bundles (`anemone convert`). Then,
+interleaved round by round (best of --repeats): llama.cpp (llama-cpp-python) on the F16 and F32
+GGUFs, `anemone generate` on the fp16 bundle (executor fp16), the fp32 bundle (executor fp32)
+and the checkpoint (fp32 reference). Every engine prefills the same --prompt-tokens prompt and
+then decodes --new-tokens tokens teacher-forced along llama.cpp F32's greedy path, so all do the
+same work. anemone's figures are its own `generate --json` timings; its peak resident memory is
+measured per run (`/usr/bin/time`). Prints the ratio table (anemone / llama.cpp at equal
+precision; ≥ 1.00× means as fast or faster).
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+MODELS = [
+    ("SmolLM2-135M", "smollm2-135m-instruct.Q4_1.gguf"),
+    ("Qwen2.5-0.5B", "qwen2.5-coder-0.5b-instruct.Q4_K_M.gguf"),
+]
+PROMPT_TEXT = (
+    "The history of computing is a story of abstraction layered upon abstraction. Early machines "
+    "were programmed by rewiring plugboards, then by punching cards, then by writing assembly "
+    "language that a program translated into numbers. Each step hid a layer of detail so that "
+    "people could think about larger problems, and each step was resisted by experts who "
+    "believed that the new tools produced slower code than careful hand work."
+)
+
+
+def dequantized_gguf(src: pathlib.Path, dst: pathlib.Path, dtype: str) -> None:
+    """Writes `src` with every tensor dequantized: 2-D+ tensors as `dtype` (F16/F32), 1-D F32."""
+    import gguf
+
+    reader = gguf.GGUFReader(str(src))
+    arch = reader.fields[gguf.Keys.General.ARCHITECTURE].contents()
+    writer = gguf.GGUFWriter(str(dst), arch)
+    file_type = {"F16": gguf.LlamaFileType.MOSTLY_F16, "F32": gguf.LlamaFileType.ALL_F32}[dtype]
+    for field in reader.fields.values():
+        if field.name == gguf.Keys.General.ARCHITECTURE or field.name.startswith("GGUF."):
+            continue
+        if field.name == gguf.Keys.General.FILE_TYPE:
+            writer.add_file_type(file_type)
+            continue
+        val_type = field.types[0]
+        sub_type = field.types[-1] if val_type == gguf.GGUFValueType.ARRAY else None
+        writer.add_key_value(field.name, field.contents(), val_type, sub_type=sub_type)
+    for t in reader.tensors:
+        values = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32)
+        if values.ndim >= 2 and dtype == "F16":
+            writer.add_tensor(t.name, values.astype(np.float16), raw_dtype=gguf.GGMLQuantizationType.F16)
+        else:
+            writer.add_tensor(t.name, values, raw_dtype=gguf.GGMLQuantizationType.F32)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+class LlamaEngine:
+    def __init__(self, path, threads, context):
+        from llama_cpp import Llama
+
+        self.llm = Llama(model_path=str(path), n_ctx=context, n_batch=context, n_ubatch=context,
+                         n_threads=threads, n_threads_batch=threads, verbose=False)
+
+    def greedy(self, prompt, n):
+        self.llm.reset()
+        self.llm.eval(prompt)
+        out = []
+        for _ in range(n):
+            tok = int(np.argmax(self.llm.scores[self.llm.n_tokens - 1]))
+            out.append(tok)
+            self.llm.eval([tok])
+        return out
+
+    def timed(self, prompt, forced):
+        self.llm.reset()
+        t0 = time.perf_counter()
+        self.llm.eval(prompt)
+        _ = self.llm.scores[self.llm.n_tokens - 1][0]
+        t1 = time.perf_counter()
+        for tok in forced:
+            self.llm.eval([tok])
+        t2 = time.perf_counter()
+        return len(prompt) / (t1 - t0), len(forced) / (t2 - t1)
+
+
+def anemone_run(binary, model, prompt, forced, threads, extra):
+    csv = lambda ids: ",".join(map(str, ids))
+    with tempfile.NamedTemporaryFile("r") as rss:
+        cmd = ["/usr/bin/time", "-f", "%M", "-o", rss.name, str(binary), "generate", str(model),
+               "--prompt-ids", csv(prompt), "--force-ids", csv(forced), "--threads", str(threads),
+               "--json", "--no-verify", *extra]
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True)
+        peak_kib = int(rss.read().strip().splitlines()[-1])
+    d = json.loads(out.stdout)
+    return d["prefill_tok_s"], d["decode_tok_s"], peak_kib / 1024
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--binary", required=True)
+    p.add_argument("--models", required=True)
+    p.add_argument("--workdir", required=True)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--prompt-tokens", type=int, default=64)
+    p.add_argument("--new-tokens", type=int, default=32)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--only", help="run one model (a substring of its name)")
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args()
+    work = pathlib.Path(args.workdir)
+    binary = pathlib.Path(args.binary).resolve()
+    rows = []
+    load_before = os.getloadavg()
+    for name, file in MODELS:
+        if args.only and args.only.lower() not in name.lower():
+            continue
+        src = pathlib.Path(args.models) / file
+        ggufs = {}
+        for dtype in ("F16", "F32"):
+            ggufs[dtype] = work / f"{src.stem}.{dtype}.gguf"
+            if not ggufs[dtype].exists():
+                print(f"writing {ggufs[dtype].name}", file=sys.stderr)
+                dequantized_gguf(src, ggufs[dtype], dtype)
+        bundles = {}
+        for precision in ("fp16", "fp32"):
+            bundles[precision] = work / f"{src.stem}.{precision}.bundle"
+            if not bundles[precision].exists():
+                print(f"converting {bundles[precision].name}", file=sys.stderr)
+                subprocess.run([str(binary), "convert", str(src), "--out", str(bundles[precision]),
+                                "--precision", precision], check=True, capture_output=True)
+        llama = {d: LlamaEngine(g, args.threads, 512) for d, g in ggufs.items()}
+        prompt = llama["F32"].llm.tokenize(PROMPT_TEXT.encode(), add_bos=False)[: args.prompt_tokens]
+        assert len(prompt) == args.prompt_tokens, "prompt text too short"
+        forced = llama["F32"].greedy(prompt, args.new_tokens)
+        engines = [
+            ("llama.cpp F16", lambda: llama["F16"].timed(prompt, forced) + (None,)),
+            ("llama.cpp F32", lambda: llama["F32"].timed(prompt, forced) + (None,)),
+            ("anemone executor, fp16 bundle",
+             lambda: anemone_run(binary, bundles["fp16"], prompt, forced, args.threads, [])),
+            ("anemone executor, fp32 bundle",
+             lambda: anemone_run(binary, bundles["fp32"], prompt, forced, args.threads, [])),
+            ("anemone reference, fp32", lambda: anemone_run(binary, src, prompt, forced, args.threads, [])),
+        ]
+        best = {}
+        for _ in range(args.repeats):
+            for label, run in engines:
+                pf, dc, rss = run()
+                b = best.setdefault(label, [0.0, 0.0, rss])
+                b[0], b[1] = max(b[0], pf), max(b[1], dc)
+        del llama
+        peers = {"anemone executor, fp16 bundle": "llama.cpp F16",
+                 "anemone executor, fp32 bundle": "llama.cpp F32",
+                 "anemone reference, fp32": "llama.cpp F32"}
+        weight_bytes = {
+            "anemone executor, fp16 bundle": bundle_weight_bytes(bundles["fp16"]),
+            "anemone executor, fp32 bundle": bundle_weight_bytes(bundles["fp32"]),
+        }
+        for label, (pf, dc, rss) in best.items():
+            peer = peers.get(label)
+            ratio = ""
+            if peer:
+                lp, ld, _ = best[peer]
+                ratio = f"{pf / lp:.2f}× / {dc / ld:.2f}× of {peer.split()[-1]} ({lp:.0f} / {ld:.1f})"
+            rows.append({"model": name, "engine": label, "prefill_tok_s": pf, "decode_tok_s": dc,
+                         "peak_rss_mib": rss, "weight_mib": weight_bytes.get(label, 0) / 2**20,
+                         "ratio": ratio})
+    load_after = os.getloadavg()
+    print(f"\n{args.threads} threads, {args.prompt_tokens}-token prompt, {args.new_tokens} tokens "
+          f"teacher-forced along llama.cpp F32's greedy path, best of {args.repeats} interleaved "
+          f"rounds; load average {load_before[0]:.1f} before, {load_after[0]:.1f} after\n")
+    print("| model | engine | prefill tok/s | decode tok/s | peak RSS MiB (weights MiB) | ratio to llama.cpp at equal precision (prefill / decode) |")
+    print("|---|---|---:|---:|---:|---|")
+    for r in rows:
+        mem = ""
+        if r["peak_rss_mib"] is not None:
+            mem = f"{r['peak_rss_mib']:.0f}"
+            if r["weight_mib"]:
+                mem += f" ({r['weight_mib']:.0f})"
+        print(f"| {r['model']} | {r['engine']} | {r['prefill_tok_s']:.0f} | {r['decode_tok_s']:.1f} | {mem} | {r['ratio']} |")
+    if args.json:
+        print(json.dumps(rows, indent=1))
+
+
+def bundle_weight_bytes(bundle: pathlib.Path) -> int:
+    """Bytes of a bundle's weights: every package's weight files and the host tensors."""
+    total = (bundle / "host.safetensors").stat().st_size
+    for f in (bundle / "chunks").rglob("*"):
+        if f.is_file() and "weights" in f.parts:
+            total += f.stat().st_size
+    return total
+
+
+if __name__ == "__main__":
+    main()
