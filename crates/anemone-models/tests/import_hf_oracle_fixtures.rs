@@ -179,7 +179,11 @@ fn every_oracle_fixture_opens_and_matches_its_config_json() {
         "expected at least 6 fixtures, found {}",
         dirs.len()
     );
-    assert_eq!(seen.len(), 3, "every architecture has fixtures: {seen:?}");
+    assert_eq!(
+        seen.len(),
+        anemone_models::families::FAMILIES.len(),
+        "every architecture has fixtures: {seen:?}"
+    );
     assert!(
         sharded >= 1,
         "at least one fixture is saved sharded by transformers"

@@ -15,7 +15,7 @@
 //!
 //! The states are read once at the start and written once at the end of each function.
 //!
-//! Key centering (models with a K bias and no QK-norm: Qwen2, Llama with `attention_bias`): the cache holds `k − c` instead of `k`,
+//! Key centering (models with a K bias: Qwen2, Llama/Qwen3 with `attention_bias`): the cache holds `k − c` instead of `k`,
 //! where `c` is the K bias rotated by RoPE and averaged over the cache positions. Softmax is
 //! invariant to a per-query shift and `q·(k − c) = q·k − q·c`, so the attention is unchanged in
 //! exact arithmetic; what changes is the size of the fp16 scores. Qwen2.5 puts 93–99% of its
@@ -349,8 +349,7 @@ fn decoder_layer(
     }
     let q = rope.apply(f, &format!("{p}_q_rope"), q)?;
     let mut k = rope.apply(f, &format!("{p}_k_rope"), k)?;
-    // With a QK-norm the K bias is normalised away before RoPE: nothing to centre.
-    if let (Some((_, k_bias, _)), None) = (&w.qkv_bias, &w.qk_norm) {
+    if let Some((_, k_bias, _)) = &w.qkv_bias {
         let center = key_center(config, options.context, &k_bias.to_f32_vec());
         let center = f.constant(
             &format!("{p}_k_center"),
