@@ -125,7 +125,8 @@ fn open_err(dir: &Path) -> CheckpointError {
 
 #[test]
 fn keys_it_does_not_implement_are_refused_by_name() {
-    let cases: Vec<(&str, Box<dyn Fn(&mut serde_json::Map<String, Value>)>)> = vec![
+    type Edit = Box<dyn Fn(&mut serde_json::Map<String, Value>)>;
+    let cases: Vec<(&str, Edit)> = vec![
         (
             "full_attn_mod",
             Box::new(|c| {
@@ -160,7 +161,7 @@ fn keys_it_does_not_implement_are_refused_by_name() {
     ];
     for (key, edit) in cases {
         let tmp = tempfile::tempdir().unwrap();
-        let dir = copy_fixture("phi3_longrope", tmp.path(), |c| edit(c));
+        let dir = copy_fixture("phi3_longrope", tmp.path(), &*edit);
         let err = open_err(&dir);
         assert!(
             matches!(&err, CheckpointError::Unsupported { what, .. } if what.contains(key)),
