@@ -33,6 +33,8 @@ from transformers import (
     GenerationConfig,
     LlamaConfig,
     LlamaForCausalLM,
+    Phi3Config,
+    Phi3ForCausalLM,
     Qwen2Config,
     Qwen2ForCausalLM,
     Qwen3Config,
@@ -52,6 +54,7 @@ ARCHS = {
     "llama": (LlamaConfig, LlamaForCausalLM),
     "qwen2": (Qwen2Config, Qwen2ForCausalLM),
     "qwen3": (Qwen3Config, Qwen3ForCausalLM),
+    "phi3": (Phi3Config, Phi3ForCausalLM),
 }
 
 
@@ -70,8 +73,7 @@ class Spec:
     tied: bool
     head_dim: int | None = None  # None: hidden // heads
     rms_eps: float = 1e-6
-    # Further config fields. Not `attention_bias`: for Llama/Qwen3 it also adds an o_proj bias,
-    # which anemone rejects with a named error rather than implementing.
+    # Further config fields (`attention_bias`: Llama/Qwen3 biases on q/k/v and o_proj).
     extra: dict = field(default_factory=dict)
     eos: int | list[int] | None = None  # written to generation_config.json
     # save_pretrained's max_shard_size: set, the checkpoint is written as several shards plus
@@ -97,6 +99,26 @@ COMMITTED = [
          kv_heads=2, vocab=320, rope_theta=1_000_000.0, tied=True, eos=[2, 319]),
     Spec("qwen2_mha", "qwen2", 302, hidden=48, intermediate=96, layers=3, heads=4, kv_heads=4,
          vocab=400, rope_theta=10_000.0, tied=False, eos=2),
+    # attention_bias: true (q/k/v and o_proj biases) on the families that read the field
+    Spec("llama_attn_bias", "llama", 203, hidden=48, intermediate=64, layers=2, heads=6,
+         kv_heads=2, vocab=300, rope_theta=10_000.0, tied=False, rms_eps=1e-5, eos=2,
+         extra={"attention_bias": True}),
+    Spec("qwen3_attn_bias", "qwen3", 104, hidden=32, intermediate=64, layers=2, heads=4,
+         kv_heads=2, head_dim=16, vocab=300, rope_theta=1_000_000.0, tied=True, eos=2,
+         extra={"attention_bias": True}),
+    # Phi-3: fused qkv_proj / gate_up_proj; partial rotation; LongRoPE with the long factors in
+    # use (original_max_position_embeddings 4 < every sequence) and attention factor
+    # sqrt(1 + ln(256/4) / ln 4) = 2
+    Spec("phi3_partial_rotary", "phi3", 401, hidden=64, intermediate=96, layers=2, heads=4,
+         kv_heads=2, vocab=320, rope_theta=10_000.0, tied=False, rms_eps=1e-5, eos=2,
+         extra={"partial_rotary_factor": 0.5, "pad_token_id": 0}),
+    Spec("phi3_longrope", "phi3", 402, hidden=64, intermediate=80, layers=2, heads=4,
+         kv_heads=4, vocab=300, rope_theta=10_000.0, tied=False, rms_eps=1e-5, eos=2,
+         extra={"partial_rotary_factor": 0.75, "original_max_position_embeddings": 4,
+                "pad_token_id": 0,
+                "rope_scaling": {"type": "longrope",
+                                 "short_factor": [1.0, 1.1, 1.3, 1.2, 1.6, 2.0],
+                                 "long_factor": [1.5, 2.5, 4.0, 7.0, 9.0, 12.0]}}),
 ]
 
 
@@ -296,6 +318,7 @@ def main() -> None:
     parser.add_argument("--holdout", type=Path, help="write a holdout set (unseen shapes) here instead")
     parser.add_argument("--holdout-seed", type=int, default=7919)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--only", nargs="+", metavar="NAME", help="make only these fixtures")
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -303,6 +326,11 @@ def main() -> None:
         specs, out_root = holdout_specs(args.holdout_seed), args.holdout
     else:
         specs, out_root = COMMITTED, args.out
+    if args.only:
+        unknown = set(args.only) - {s.name for s in specs}
+        if unknown:
+            raise SystemExit(f"unknown fixture(s): {', '.join(sorted(unknown))}")
+        specs = [s for s in specs if s.name in args.only]
     out_root.mkdir(parents=True, exist_ok=True)
     for spec in specs:
         start = time.perf_counter()

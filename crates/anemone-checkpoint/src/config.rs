@@ -51,17 +51,60 @@ pub struct DecoderConfig {
     pub rope_theta: f64,
     pub rms_norm_eps: f64,
     pub tie_word_embeddings: bool,
-    /// Q, K and V projections carry a bias (Qwen2).
+    /// Q, K and V projections carry a bias (Qwen2; Llama/Qwen3 with `attention_bias: true`).
     pub attention_bias: bool,
+    /// The output projection carries a bias (Llama/Qwen3 with `attention_bias: true`).
+    #[serde(default)]
+    pub o_proj_bias: bool,
     /// Per-head RMSNorm of Q and K before RoPE (Qwen3).
     pub qk_norm: bool,
     pub max_position_embeddings: usize,
+    /// Dimensions of each head RoPE rotates when it rotates only the first ones (Phi-3's
+    /// `partial_rotary_factor`: `head_dim · factor`); `None`: all of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partial_rotary_dim: Option<usize>,
+    /// LongRoPE (`rope_scaling` type `longrope` / `su`, Phi-3) frequency scaling.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub long_rope: Option<LongRope>,
     pub bos_token_id: Option<u32>,
     /// Token ids that end generation (from generation_config.json, config.json or GGUF metadata).
     pub eos_token_ids: Vec<u32>,
 }
 
+/// LongRoPE as transformers computes it: inverse frequency `i` is
+/// `1 / (factor[i] · theta^(2i/rotary_dim))` with the long factors when the sequence may run past
+/// `original_max_position_embeddings`, the short ones otherwise, and cos/sin are multiplied by
+/// `attention_factor`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LongRope {
+    pub short_factor: Vec<f64>,
+    pub long_factor: Vec<f64>,
+    pub original_max_position_embeddings: usize,
+    /// Resolved at import (`attention_factor`, else `√(1 + ln(s) / ln(original))` with
+    /// `s = max_position_embeddings / original`, 1 when `s ≤ 1`).
+    pub attention_factor: f64,
+    /// Which factors apply: chosen by the context a consumer runs with
+    /// ([`DecoderConfig::for_context`]); at import, by `max_position_embeddings`.
+    pub use_long: bool,
+}
+
 impl DecoderConfig {
+    /// Dimensions RoPE rotates in each head.
+    pub fn rotary_dim(&self) -> usize {
+        self.partial_rotary_dim.unwrap_or(self.head_dim)
+    }
+
+    /// This config for a consumer holding `context` tokens: LongRoPE's long factors when the
+    /// context runs past the original training length, as transformers picks them by sequence
+    /// length. Nothing else changes.
+    pub fn for_context(&self, context: usize) -> Self {
+        let mut config = self.clone();
+        if let Some(long) = &mut config.long_rope {
+            long.use_long = context > long.original_max_position_embeddings;
+        }
+        config
+    }
+
     pub fn q_dim(&self) -> usize {
         self.num_attention_heads * self.head_dim
     }
@@ -106,6 +149,38 @@ impl DecoderConfig {
         }
         if !(self.rope_theta.is_finite() && self.rope_theta > 0.0) {
             return bad(format!("rope_theta {} must be positive", self.rope_theta));
+        }
+        let rotary = self.rotary_dim();
+        if rotary == 0 || !rotary.is_multiple_of(2) || rotary > self.head_dim {
+            return bad(format!(
+                "rotary dimension {rotary} must be positive, even and at most head_dim {}",
+                self.head_dim
+            ));
+        }
+        if let Some(long) = &self.long_rope {
+            for (name, factors) in [("short", &long.short_factor), ("long", &long.long_factor)] {
+                if factors.len() != rotary / 2 {
+                    return bad(format!(
+                        "LongRoPE {name}_factor has {} entries, the rotary dimension {rotary} \
+                         needs {}",
+                        factors.len(),
+                        rotary / 2
+                    ));
+                }
+                if let Some(f) = factors.iter().find(|f| !(f.is_finite() && **f > 0.0)) {
+                    return bad(format!(
+                        "LongRoPE {name}_factor holds {f}; factors must be positive"
+                    ));
+                }
+            }
+            if long.original_max_position_embeddings == 0
+                || !(long.attention_factor.is_finite() && long.attention_factor > 0.0)
+            {
+                return bad(
+                    "LongRoPE needs a positive original_max_position_embeddings and attention factor"
+                        .into(),
+                );
+            }
         }
         Ok(())
     }

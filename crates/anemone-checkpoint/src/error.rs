@@ -65,4 +65,7 @@ pub enum CheckpointError {
     /// supported architecture has, …); importing it anyway would give wrong outputs.
     #[error("{path}: {what} is not supported")]
     Unsupported { path: PathBuf, what: String },
+    /// A LoRA adapter that does not fit its base (or is malformed).
+    #[error("{path}: LoRA adapter: {problem}")]
+    Lora { path: PathBuf, problem: String },
 }

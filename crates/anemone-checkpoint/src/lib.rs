@@ -23,11 +23,13 @@ pub mod config;
 pub mod error;
 pub mod gguf;
 pub mod hf;
+pub mod lora;
 pub mod store;
 pub mod tokenizer;
 
-pub use config::{Architecture, DecoderConfig, InvalidConfig};
+pub use config::{Architecture, DecoderConfig, InvalidConfig, LongRope};
 pub use error::{CheckpointError, Result};
+pub use lora::{apply_lora, LoraRecord};
 pub use store::{MemoryStore, TensorInfo, TensorStore};
 pub use tokenizer::TokenizerBundle;
 
@@ -54,6 +56,8 @@ pub struct Checkpoint {
     pub tokenizer: Option<TokenizerBundle>,
     /// Files the checkpoint was read from; hashing is done on demand by [`Checkpoint::provenance`].
     pub source_paths: Vec<PathBuf>,
+    /// The LoRA adapter merged into `tensors` ([`apply_lora`]), if any.
+    pub lora: Option<LoraRecord>,
 }
 
 impl std::fmt::Debug for Checkpoint {
@@ -63,6 +67,7 @@ impl std::fmt::Debug for Checkpoint {
             .field("tensors", &self.tensors.names().len())
             .field("tokenizer", &self.tokenizer.is_some())
             .field("source_paths", &self.source_paths)
+            .field("lora", &self.lora.as_ref().map(|l| &l.dir))
             .finish()
     }
 }

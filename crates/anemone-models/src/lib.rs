@@ -21,5 +21,6 @@ pub mod bundle;
 pub mod encoder;
 pub mod families;
 pub mod reference;
+pub mod rope;
 
 pub use families::{open_checkpoint, validate_checkpoint};

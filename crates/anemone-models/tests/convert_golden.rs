@@ -35,8 +35,11 @@ fn tiny_checkpoint() -> Checkpoint {
         rms_norm_eps: 1e-6,
         tie_word_embeddings: true,
         attention_bias: true,
+        o_proj_bias: false,
         qk_norm: true,
         max_position_embeddings: 128,
+        partial_rotary_dim: None,
+        long_rope: None,
         bos_token_id: None,
         eos_token_ids: vec![],
     };
@@ -54,6 +57,7 @@ fn tiny_checkpoint() -> Checkpoint {
         tensors: Box::new(store),
         tokenizer: None,
         source_paths: vec![],
+        lora: None,
     }
 }
 

@@ -126,7 +126,6 @@ fn features_we_do_not_implement_are_refused_by_field() {
             json!(["full_attention", "sliding_attention"]),
             "layer_types",
         ),
-        ("attention_bias", json!(true), "attention_bias"),
         ("mlp_bias", json!(true), "mlp_bias"),
         ("hidden_act", json!("gelu"), "hidden_act"),
         ("partial_rotary_factor", json!(0.5), "partial_rotary_factor"),

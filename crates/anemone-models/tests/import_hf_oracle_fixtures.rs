@@ -119,11 +119,13 @@ fn every_oracle_fixture_opens_and_matches_its_config_json() {
             json["tie_word_embeddings"].as_bool(),
             "{name}"
         );
+        let bias_field = json["attention_bias"].as_bool() == Some(true);
         assert_eq!(
             c.attention_bias,
-            arch == Architecture::new("qwen2"),
+            arch == Architecture::new("qwen2") || bias_field,
             "{name}"
         );
+        assert_eq!(c.o_proj_bias, bias_field, "{name}");
         assert_eq!(c.qk_norm, arch == Architecture::new("qwen3"), "{name}");
         assert_eq!(
             c.bos_token_id,
@@ -177,7 +179,11 @@ fn every_oracle_fixture_opens_and_matches_its_config_json() {
         "expected at least 6 fixtures, found {}",
         dirs.len()
     );
-    assert_eq!(seen.len(), 3, "every architecture has fixtures: {seen:?}");
+    assert_eq!(
+        seen.len(),
+        anemone_models::families::FAMILIES.len(),
+        "every architecture has fixtures: {seen:?}"
+    );
     assert!(
         sharded >= 1,
         "at least one fixture is saved sharded by transformers"

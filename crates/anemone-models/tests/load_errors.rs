@@ -18,8 +18,11 @@ fn config() -> DecoderConfig {
         rms_norm_eps: 1e-6,
         tie_word_embeddings: true,
         attention_bias: false,
+        o_proj_bias: false,
         qk_norm: false,
         max_position_embeddings: 32,
+        partial_rotary_dim: None,
+        long_rope: None,
         bos_token_id: None,
         eos_token_ids: vec![],
     }
@@ -48,6 +51,7 @@ fn checkpoint(
         tensors: Box::new(store),
         tokenizer: None,
         source_paths: vec![],
+        lora: None,
     }
 }
 

@@ -79,6 +79,7 @@ pub fn open_dir(
         tensors: Box::new(store),
         tokenizer: tokenizer.bundle,
         source_paths,
+        lora: None,
     })
 }
 

@@ -15,7 +15,7 @@
 //!
 //! The states are read once at the start and written once at the end of each function.
 //!
-//! Key centering (models with a K bias, i.e. Qwen2): the cache holds `k − c` instead of `k`,
+//! Key centering (models with a K bias: Qwen2, Llama/Qwen3 with `attention_bias`): the cache holds `k − c` instead of `k`,
 //! where `c` is the K bias rotated by RoPE and averaged over the cache positions. Softmax is
 //! invariant to a per-query shift and `q·(k − c) = q·k − q·c`, so the attention is unchanged in
 //! exact arithmetic; what changes is the size of the fp16 scores. Qwen2.5 puts 93–99% of its
@@ -424,7 +424,11 @@ fn decoder_layer(
     let attn = f.concat(&format!("{p}_attn_heads"), &outputs, 0)?;
     let attn = f.reshape(&format!("{p}_attn"), attn, &[1, hq_i * d_i, 1, t_i])?;
     let wo = w.o_proj.emit(f, &format!("{p}_o_proj_weight"))?;
-    let o = f.conv1x1(&format!("{p}_o_proj"), attn, wo, None)?;
+    let ob = match &w.o_bias {
+        Some(b) => Some(f.constant(&format!("{p}_o_proj_bias"), b.clone())?),
+        None => None,
+    };
+    let o = f.conv1x1(&format!("{p}_o_proj"), attn, wo, ob)?;
     let x = f.add(&format!("{p}_attn_residual"), x, o)?;
 
     // SwiGLU MLP
@@ -508,8 +512,11 @@ mod tests {
             rms_norm_eps: 1e-6,
             tie_word_embeddings: false,
             attention_bias: true,
+            o_proj_bias: false,
             qk_norm: false,
             max_position_embeddings: 4096,
+            partial_rotary_dim: None,
+            long_rope: None,
             bos_token_id: None,
             eos_token_ids: vec![],
         }

@@ -130,6 +130,8 @@ pub struct LayerWeights {
     pub o_proj: PreparedWeight,
     /// `(q, k, v)` biases, `[q_dim]`, `[kv_dim]`, `[kv_dim]` (Qwen2).
     pub qkv_bias: Option<(TensorData, TensorData, TensorData)>,
+    /// `[hidden]` o_proj bias (Llama/Qwen3 with `attention_bias`).
+    pub o_bias: Option<TensorData>,
     /// `(q_norm, k_norm)`, `[head_dim]` each (Qwen3).
     pub qk_norm: Option<(TensorData, TensorData)>,
     pub gate_proj: PreparedWeight,
@@ -155,13 +157,23 @@ impl LayerWeights {
             c.head_dim,
         );
         let name = |s: &str| tensor_names::layer(index, s);
+        // partial rotation: Q/K head rows in the order the RoPE tables expect (crate::rope)
+        let order = crate::rope::ane_head_order(c);
+        let qk_rows = |tensor: &str, values: Vec<f32>, cols: usize| match &order {
+            Some(order) if is_qk(tensor) => crate::rope::reorder_head_rows(&values, order, cols),
+            _ => values,
+        };
         let vector = |tensor: String, n: usize| -> Result<TensorData, AneError> {
-            let values = load_checked(checkpoint, &tensor, &[n])?;
+            let values = qk_rows(&tensor, load_checked(checkpoint, &tensor, &[n])?, 1);
             dense(vec![n], &values, precision)
         };
         let projection =
             |tensor: String, out: usize, inp: usize| -> Result<PreparedWeight, AneError> {
-                let values = load_checked(checkpoint, &tensor, &[out, inp])?;
+                let values = qk_rows(
+                    &tensor,
+                    load_checked(checkpoint, &tensor, &[out, inp])?,
+                    inp,
+                );
                 let shape = [out, inp, 1, 1];
                 match compressor.compress(&tensor, &shape, &values, precision)? {
                     Some(w) => Ok(w),
@@ -198,12 +210,32 @@ impl LayerWeights {
             v_proj: projection(name("self_attn.v_proj.weight"), kv, h)?,
             o_proj: projection(name("self_attn.o_proj.weight"), h, q)?,
             qkv_bias,
+            o_bias: if c.o_proj_bias {
+                Some(vector(name("self_attn.o_proj.bias"), h)?)
+            } else {
+                None
+            },
             qk_norm,
             gate_proj: projection(name("mlp.gate_proj.weight"), inter, h)?,
             up_proj: projection(name("mlp.up_proj.weight"), inter, h)?,
             down_proj: projection(name("mlp.down_proj.weight"), h, inter)?,
         })
     }
+}
+
+/// Whether `tensor` is one whose rows are Q or K head dimensions (projection weight or bias,
+/// per-head norm).
+fn is_qk(tensor: &str) -> bool {
+    [
+        "self_attn.q_proj.weight",
+        "self_attn.k_proj.weight",
+        "self_attn.q_proj.bias",
+        "self_attn.k_proj.bias",
+        "self_attn.q_norm.weight",
+        "self_attn.k_norm.weight",
+    ]
+    .iter()
+    .any(|s| tensor.ends_with(s))
 }
 
 /// Loads a tensor and checks its shape against what the config implies.
@@ -245,6 +277,9 @@ pub fn layer_weight_bytes(c: &anemone_checkpoint::DecoderConfig, precision: Prec
     let mut params = h * (q + 2 * kv) + q * h + 3 * h * inter + 2 * h;
     if c.attention_bias {
         params += q + 2 * kv;
+    }
+    if c.o_proj_bias {
+        params += h;
     }
     if c.qk_norm {
         params += 2 * d;

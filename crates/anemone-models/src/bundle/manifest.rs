@@ -39,6 +39,9 @@ pub struct Manifest {
     /// What weight compression did (written by the compressor; absent when uncompressed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compression: Option<serde_json::Value>,
+    /// The LoRA adapter merged into the weights before conversion (absent when none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lora: Option<anemone_checkpoint::LoraRecord>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -122,7 +125,40 @@ pub struct FileHash {
     pub bytes: u64,
 }
 
+/// The memory one session's KV state takes: every chunk's states as declared (fp16, the head
+/// dimension padded as the state holds it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KvStateMemory {
+    /// Bytes of all chunks' states.
+    pub bytes: u64,
+    /// `bytes / context`: what each token position of the cache costs.
+    pub bytes_per_token: u64,
+    pub context: usize,
+    /// head_dim as the state holds it, and the model's.
+    pub state_head_dim: usize,
+    pub head_dim: usize,
+}
+
 impl Manifest {
+    /// The KV-state memory of one session of this bundle (see [`KvStateMemory`]).
+    pub fn kv_state_memory(&self) -> KvStateMemory {
+        let bytes: u64 = self
+            .chunks
+            .iter()
+            .filter_map(|c| c.functions.first())
+            .flat_map(|f| &f.states)
+            .map(|s| (s.shape.iter().product::<usize>() * s.dtype.bits() / 8) as u64)
+            .sum();
+        let context = self.conversion.context;
+        KvStateMemory {
+            bytes,
+            bytes_per_token: bytes / context.max(1) as u64,
+            context,
+            state_head_dim: self.conversion.state_head_dim,
+            head_dim: self.config.head_dim,
+        }
+    }
+
     /// Relative paths of every package (chunks, then the LM head).
     /// The function signatures the manifest declares for the package at `rel`.
     pub fn declared_functions(&self, rel: &str) -> Option<&[crate::ane::FunctionSignature]> {

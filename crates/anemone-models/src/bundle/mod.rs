@@ -7,8 +7,9 @@ pub mod read;
 pub mod writer;
 
 pub use manifest::{
-    ChunkEntry, Conversion, FileHash, HostEntry, LmHeadEntry, Manifest, TokenizerEntry, ToolInfo,
-    CHAT_TEMPLATE_FILE, CHUNKS_DIR, HOST_FILE, MANIFEST_FILE, SCHEMA_VERSION, TOKENIZER_FILE,
+    ChunkEntry, Conversion, FileHash, HostEntry, KvStateMemory, LmHeadEntry, Manifest,
+    TokenizerEntry, ToolInfo, CHAT_TEMPLATE_FILE, CHUNKS_DIR, HOST_FILE, MANIFEST_FILE,
+    SCHEMA_VERSION, TOKENIZER_FILE,
 };
 pub use read::{
     is_os_metadata, read_manifest, signature_mismatches, verify_bundle, verify_files, FileCheck,

@@ -181,7 +181,8 @@ fn write_contents(
     compressor: &dyn WeightCompressor,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Manifest, BundleError> {
-    let config = &checkpoint.config;
+    // the config as the bundle's context sees it (LongRoPE's factors), recorded in the manifest
+    let config = &checkpoint.config.for_context(options.chunk.context);
     let copts = &options.chunk;
     // hashes already known from writing (package model and weights), by absolute path
     let mut known = BTreeMap::new();
@@ -303,6 +304,7 @@ fn write_contents(
         provenance: Vec::new(),
         files,
         compression: compressor.describe(),
+        lora: checkpoint.lora.clone(),
     };
     Ok(manifest)
 }

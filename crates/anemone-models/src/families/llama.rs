@@ -11,7 +11,7 @@ pub static LLAMA: LlamaLike = LlamaLike {
     hf_model_types: &["llama"],
     gguf_architecture: "llama",
     head_dim: HeadDimDefault::HiddenOverHeads,
-    attention_bias: AttentionBias::RefuseField,
+    attention_bias: AttentionBias::Field,
     qk_norm: false,
     gguf_qk_rows: QkRows::Interleaved,
 };

@@ -15,12 +15,14 @@ pub mod bert;
 pub mod decoder;
 mod llama;
 pub mod modernbert;
+mod phi3;
 mod qwen2;
 mod qwen3;
 
 pub use bert::Bert;
 pub use llama::LLAMA;
 pub use modernbert::ModernBert;
+pub use phi3::PHI3;
 pub use qwen2::QWEN2;
 pub use qwen3::QWEN3;
 
@@ -29,10 +31,10 @@ use std::sync::Arc;
 
 use anemone_checkpoint::gguf::{self, GgufFile, GgufStore, RowPermutation, TensorDesc};
 use anemone_checkpoint::hf::{self, JsonFields};
-use anemone_checkpoint::{Checkpoint, CheckpointError, DecoderConfig, Result};
+use anemone_checkpoint::{Checkpoint, CheckpointError, DecoderConfig, Result, TensorStore};
 
 /// Every family anemone knows, in the order error messages list them.
-pub static FAMILIES: &[&dyn Family] = &[&LLAMA, &QWEN2, &QWEN3];
+pub static FAMILIES: &[&dyn Family] = &[&LLAMA, &QWEN2, &QWEN3, &PHI3];
 
 /// Every encoder family anemone knows (bidirectional, no cache, embeddings and classifier heads).
 pub static ENCODER_FAMILIES: &[&dyn EncoderFamily] = &[&Bert, &ModernBert];
@@ -170,6 +172,16 @@ pub trait Family: Sync {
         desc: &TensorDesc,
         config: &DecoderConfig,
     ) -> Result<(String, RowPermutation)>;
+
+    /// The tensors of a Hugging Face directory as the decoder blocks name them (Phi-3 splits its
+    /// fused projections here); most families store them that way already.
+    fn adapt_hf_tensors(
+        &self,
+        store: Box<dyn TensorStore>,
+        _config: &DecoderConfig,
+    ) -> Result<Box<dyn TensorStore>> {
+        Ok(store)
+    }
 }
 
 fn unknown(arch: &str, known: impl Iterator<Item = &'static str>) -> CheckpointError {
@@ -268,8 +280,14 @@ fn open_hf_dir(path: &Path) -> Result<Checkpoint> {
             ),
         ));
     }
-    let config = by_hf_model_type(model_type)?.config_from_hf(&fields)?;
-    let checkpoint = hf::open_dir(path, config_path, config)?;
+    let family = by_hf_model_type(model_type)?;
+    let config = family.config_from_hf(&fields)?;
+    let mut checkpoint = hf::open_dir(path, config_path, config)?;
+    let raw = std::mem::replace(
+        &mut checkpoint.tensors,
+        Box::new(anemone_checkpoint::MemoryStore::new()),
+    );
+    checkpoint.tensors = family.adapt_hf_tensors(raw, &checkpoint.config)?;
     validate_checkpoint(&checkpoint)?;
     tracing::debug!(dir = %path.display(), config = ?checkpoint.config, "opened Hugging Face checkpoint");
     Ok(checkpoint)
@@ -290,6 +308,7 @@ fn open_gguf_file(path: &Path) -> Result<Checkpoint> {
         tensors: Box::new(store),
         tokenizer: tokenizer.map(|t| t.bundle),
         source_paths: vec![path.to_path_buf()],
+        lora: None,
     };
     validate_checkpoint(&checkpoint)?;
     tracing::info!(
@@ -328,7 +347,7 @@ mod tests {
         match by_hf_model_type("t5") {
             Err(CheckpointError::UnknownArchitecture { arch, known }) => {
                 assert_eq!(arch, "t5");
-                assert_eq!(known, "llama, qwen2, qwen3");
+                assert_eq!(known, "llama, qwen2, qwen3, phi3");
             }
             other => panic!(
                 "expected UnknownArchitecture, got {:?}",
@@ -338,7 +357,7 @@ mod tests {
         let err = by_gguf_architecture("mamba").map(|f| f.name()).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "unsupported architecture `mamba` (supported: llama, qwen2, qwen3)"
+            "unsupported architecture `mamba` (supported: llama, qwen2, qwen3, phi3)"
         );
     }
 }

@@ -11,7 +11,7 @@ pub static QWEN3: LlamaLike = LlamaLike {
     hf_model_types: &["qwen3"],
     gguf_architecture: "qwen3",
     head_dim: HeadDimDefault::Fixed(128),
-    attention_bias: AttentionBias::RefuseField,
+    attention_bias: AttentionBias::Field,
     qk_norm: true,
     gguf_qk_rows: QkRows::AsHuggingFace,
 };

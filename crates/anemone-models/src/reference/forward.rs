@@ -145,6 +145,11 @@ fn attention_block(
 
     let mut projected = vec![0f32; s * h];
     matmul_t(&attended, &layer.o_proj, &mut projected, s, q_dim, h);
+    if let Some(bias) = &layer.o_bias {
+        for row in projected.chunks_exact_mut(h) {
+            axpy(1.0, bias, row);
+        }
+    }
     axpy(1.0, &projected, x);
 }
 

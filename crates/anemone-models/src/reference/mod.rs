@@ -92,20 +92,19 @@ impl std::fmt::Debug for ReferenceModel {
 impl ReferenceModel {
     /// Loads every weight as f32 from `checkpoint` and sets up an empty cache.
     pub fn load(checkpoint: &Checkpoint, options: &ReferenceOptions) -> Result<Self, ForwardError> {
-        let config = checkpoint.config.clone();
-        weights::check_config(&config)?;
+        weights::check_config(&checkpoint.config)?;
+        let max = checkpoint.config.max_position_embeddings;
         let context_len = match options.context_len {
-            None => config.max_position_embeddings,
-            Some(n) if n <= config.max_position_embeddings => n,
+            None => max,
+            Some(n) if n <= max => n,
             Some(n) => {
                 return Err(ForwardError::Config {
-                    problem: format!(
-                        "context length {n} exceeds max_position_embeddings {}",
-                        config.max_position_embeddings
-                    ),
+                    problem: format!("context length {n} exceeds max_position_embeddings {max}"),
                 })
             }
         };
+        // LongRoPE picks its factors by the context (as transformers does by sequence length)
+        let config = checkpoint.config.for_context(context_len);
         if context_len == 0 {
             return Err(ForwardError::Config {
                 problem: "context length is 0 (max_position_embeddings missing?)".into(),
@@ -132,7 +131,7 @@ impl ReferenceModel {
         );
         Ok(Self {
             cache: cache::KvCache::new(config.num_hidden_layers, config.kv_dim()),
-            rope: rope::Rope::new(config.head_dim, config.rope_theta),
+            rope: rope::Rope::new(&config),
             config,
             weights: std::sync::Arc::new(weights),
             context_len,
@@ -147,7 +146,7 @@ impl ReferenceModel {
             config: self.config.clone(),
             weights: std::sync::Arc::clone(&self.weights),
             cache: cache::KvCache::new(self.config.num_hidden_layers, self.config.kv_dim()),
-            rope: rope::Rope::new(self.config.head_dim, self.config.rope_theta),
+            rope: rope::Rope::new(&self.config),
             context_len: self.context_len,
             pool: std::sync::Arc::clone(&self.pool),
         }

@@ -1,35 +1,55 @@
 //! Rotary position embedding in the Hugging Face "rotate half" convention: the pair rotated by
-//! frequency `i` is `(x[i], x[i + d/2])`, not adjacent elements.
+//! frequency `i` is `(x[i], x[i + r/2])` over the first `r` (rotary) dimensions of a head, not
+//! adjacent elements; dimensions past `r` pass through (partial rotation, Phi-3).
 
-/// Inverse frequencies `1 / theta^(2i/d)` for `i < d/2`, computed in f32 like transformers.
+/// Inverse frequencies (`crate::rope::inv_freq`: plain or LongRoPE) and the factor cos and sin
+/// are multiplied by, computed in f32 like transformers.
 pub struct Rope {
     inv_freq: Vec<f32>,
+    scale: f32,
 }
 
 impl Rope {
-    pub fn new(head_dim: usize, theta: f64) -> Self {
+    pub fn new(config: &anemone_checkpoint::DecoderConfig) -> Self {
+        Self {
+            inv_freq: crate::rope::inv_freq(config),
+            scale: crate::rope::attention_factor(config),
+        }
+    }
+
+    /// Plain RoPE over whole heads of `head_dim` (tests).
+    #[cfg(test)]
+    fn plain(head_dim: usize, theta: f64) -> Self {
         let inv_freq = (0..head_dim / 2)
             .map(|i| 1.0 / (theta as f32).powf((2 * i) as f32 / head_dim as f32))
             .collect();
-        Self { inv_freq }
+        Self {
+            inv_freq,
+            scale: 1.0,
+        }
     }
 
-    /// `(cos, sin)` of each frequency's angle at `position`, each `[d/2]`.
+    /// `(cos, sin)` of each frequency's angle at `position` (times the attention factor), each
+    /// `[r/2]`.
     pub fn cos_sin(&self, position: usize) -> (Vec<f32>, Vec<f32>) {
         self.inv_freq
             .iter()
             .map(|f| {
                 let angle = (position as f32 * f) as f64;
-                (angle.cos() as f32, angle.sin() as f32)
+                (
+                    angle.cos() as f32 * self.scale,
+                    angle.sin() as f32 * self.scale,
+                )
             })
             .unzip()
     }
 
-    /// Rotates every `head_dim`-sized head of `x` in place by the given angles.
+    /// Rotates the first `2 · cos.len()` dimensions of every `head_dim`-sized head of `x` in
+    /// place by the given angles; the rest of each head passes through.
     pub fn apply(x: &mut [f32], head_dim: usize, cos: &[f32], sin: &[f32]) {
-        let half = head_dim / 2;
+        let half = cos.len();
         for head in x.chunks_exact_mut(head_dim) {
-            let (lo, hi) = head.split_at_mut(half);
+            let (lo, hi) = head[..2 * half].split_at_mut(half);
             for i in 0..half {
                 let (a, b) = (lo[i], hi[i]);
                 lo[i] = a * cos[i] - b * sin[i];
@@ -45,7 +65,7 @@ mod tests {
 
     #[test]
     fn rotation_preserves_norm_and_is_identity_at_zero() {
-        let rope = Rope::new(8, 10000.0);
+        let rope = Rope::plain(8, 10000.0);
         let orig: Vec<f32> = (0..16).map(|i| i as f32 * 0.3 - 2.0).collect();
         let mut x = orig.clone();
         let (c, s) = rope.cos_sin(0);
@@ -63,7 +83,7 @@ mod tests {
     #[test]
     fn pairs_are_half_a_head_apart() {
         // Frequency 0 rotates (x[0], x[d/2]) by `position` radians.
-        let rope = Rope::new(4, 10000.0);
+        let rope = Rope::plain(4, 10000.0);
         let mut x = vec![1.0, 0.0, 0.0, 0.0];
         let (c, s) = rope.cos_sin(1);
         Rope::apply(&mut x, 4, &c, &s);

@@ -19,6 +19,8 @@ pub struct LayerWeights {
     pub qk_norm: Option<(Vec<f32>, Vec<f32>)>,
     /// `[hidden, q_dim]`.
     pub o_proj: Vec<f32>,
+    /// `[hidden]` when the architecture has an output-projection bias.
+    pub o_bias: Option<Vec<f32>>,
     /// `[2·intermediate, hidden]`: gate rows, then up rows.
     pub gate_up: Vec<f32>,
     /// `[hidden, intermediate]`.
@@ -88,6 +90,11 @@ impl Weights {
                 qkv_bias,
                 qk_norm,
                 o_proj: load(name("self_attn.o_proj.weight"), &[h, q])?,
+                o_bias: if config.o_proj_bias {
+                    Some(load(name("self_attn.o_proj.bias"), &[h])?)
+                } else {
+                    None
+                },
                 gate_up,
                 down: load(name("mlp.down_proj.weight"), &[h, inter])?,
             });

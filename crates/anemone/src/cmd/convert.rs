@@ -34,6 +34,7 @@ use super::compress_opts::CompressArgs;
 ///   anemone convert model.Q4_1.gguf --out m-q.bundle --quantize source
 ///   anemone convert model.gguf --out m-lut4.bundle --palettize 4 --group-size 16
 ///   anemone convert model.gguf --out m-mixed.bundle --compress-config mixed.json
+///   anemone convert ./qwen3-dir --out tuned.bundle --lora ./my-adapter
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
 pub struct ConvertArgs {
@@ -94,6 +95,12 @@ pub struct ConvertArgs {
     #[arg(long)]
     pub force: bool,
 
+    /// Merge this LoRA adapter (PEFT directory: adapter_config.json + adapter_model.safetensors)
+    /// into the weights in fp32 before any compression; its sha256 goes into the manifest.
+    /// Decoders only; works for Hugging Face and GGUF bases.
+    #[arg(long, value_name = "ADAPTER_DIR")]
+    pub lora: Option<PathBuf>,
+
     /// Print a JSON summary on stdout instead of text.
     #[arg(long)]
     pub json: bool,
@@ -105,10 +112,17 @@ pub fn run(args: ConvertArgs) -> Result<()> {
         .with_context(|| format!("cannot open checkpoint {}", args.model.display()))?
         == anemone_models::families::ModelKind::Encoder
     {
+        if args.lora.is_some() {
+            anyhow::bail!("--lora: adapters are merged into decoders only, not encoders");
+        }
         return run_encoder(&args, started);
     }
-    let checkpoint = anemone_models::open_checkpoint(&args.model)
+    let mut checkpoint = anemone_models::open_checkpoint(&args.model)
         .with_context(|| format!("cannot open checkpoint {}", args.model.display()))?;
+    if let Some(dir) = &args.lora {
+        checkpoint = anemone_checkpoint::apply_lora(checkpoint, dir)
+            .with_context(|| format!("merging LoRA adapter {}", dir.display()))?;
+    }
     let sizing = match (args.layers_per_chunk, args.chunk_size_mb) {
         (_, Some(mb)) => ChunkSizing::MaxMegabytes(mb),
         (n, None) => ChunkSizing::LayersPerChunk(n.unwrap_or(1)),
@@ -172,6 +186,7 @@ pub fn run(args: ConvertArgs) -> Result<()> {
             "total_bytes": summary.total_bytes,
             "seconds": seconds,
             "compression": compressor.as_ref().map(|c| c.record().summary()),
+            "lora": m.lora,
         });
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -196,6 +211,16 @@ pub fn run(args: ConvertArgs) -> Result<()> {
         );
         if let Some(c) = &compressor {
             super::compress_opts::print_summary(&c.record().summary(), "  ");
+        }
+        if let Some(l) = &m.lora {
+            println!(
+                "  LoRA {} merged into {} tensors (r {}, scale {}, sha256 {})",
+                l.dir.display(),
+                l.merged_tensors.len(),
+                l.rank,
+                l.scale,
+                l.adapter_sha256
+            );
         }
     }
     Ok(())

@@ -26,6 +26,7 @@ use std::path::PathBuf;
 ///   anemone generate models/smollm2-135m-instruct.Q4_1.gguf --prompt "The capital of France is"
 ///   anemone generate ./my-hf-model --prompt "Write a haiku" --chat --temperature 0.7 --seed 1
 ///   anemone generate ./my-hf-model --prompt-ids 1,2,3 --json --dump-logits logits.npy
+///   anemone generate ./my-hf-model --lora ./my-adapter --prompt "Hello"
 ///   anemone generate smollm2.bundle --prompt "The capital of France is" --precision fp16
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
@@ -107,6 +108,11 @@ pub struct GenerateArgs {
     /// bundle checked already, e.g. by `anemone inspect`).
     #[arg(long)]
     pub no_verify: bool,
+
+    /// Checkpoints only: merge this LoRA adapter (PEFT directory: adapter_config.json +
+    /// adapter_model.safetensors) into the weights in fp32 before running.
+    #[arg(long, value_name = "ADAPTER_DIR")]
+    pub lora: Option<PathBuf>,
 }
 
 #[derive(serde::Serialize)]
@@ -124,6 +130,12 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         .join(anemone_models::bundle::MANIFEST_FILE)
         .is_file()
     {
+        if args.lora.is_some() {
+            bail!(
+                "--lora applies to checkpoints; a bundle has its adapter merged at conversion \
+                 (`anemone convert --lora`)"
+            );
+        }
         return run_bundle(&args);
     }
     if args.precision.is_some() {
@@ -230,8 +242,12 @@ fn run_model<M: LogitsModel>(
 
 fn load_checkpoint(args: &GenerateArgs) -> Result<Checkpoint> {
     let spinner = spinner(format!("opening {}", args.model.display()));
-    let checkpoint = anemone_models::open_checkpoint(&args.model)
+    let mut checkpoint = anemone_models::open_checkpoint(&args.model)
         .with_context(|| format!("opening checkpoint {}", args.model.display()))?;
+    if let Some(dir) = &args.lora {
+        checkpoint = anemone_checkpoint::apply_lora(checkpoint, dir)
+            .with_context(|| format!("merging LoRA adapter {}", dir.display()))?;
+    }
     spinner.finish_and_clear();
     Ok(checkpoint)
 }

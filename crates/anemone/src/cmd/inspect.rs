@@ -9,7 +9,8 @@ use anemone_compress::{CompressionRecord, CompressionSummary};
 use anemone_mil::{read_package, BlobFile};
 use anemone_models::ane::{lint_program, Finding, FunctionSignature, Severity};
 use anemone_models::bundle::{
-    read_manifest, signature_mismatches, verify_bundle, FileCheck, Manifest, MANIFEST_FILE,
+    read_manifest, signature_mismatches, verify_bundle, FileCheck, KvStateMemory, Manifest,
+    MANIFEST_FILE,
 };
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -63,6 +64,8 @@ struct Report {
     path: PathBuf,
     kind: &'static str,
     manifest: Option<Manifest>,
+    /// Memory of one session's KV state (bundles).
+    kv_state: Option<KvStateMemory>,
     /// Per tensor group: scheme, reconstruction error, bytes (compressed bundles only).
     compression: Option<CompressionSummary>,
     file_checks: Option<Vec<FileCheck>>,
@@ -193,6 +196,7 @@ pub fn run(args: InspectArgs) -> Result<()> {
         Report {
             path: path.clone(),
             kind: "bundle",
+            kv_state: Some(manifest.kv_state_memory()),
             manifest: Some(manifest),
             compression,
             ignored_files: verification
@@ -208,6 +212,7 @@ pub fn run(args: InspectArgs) -> Result<()> {
         Report {
             path: path.clone(),
             kind: "package",
+            kv_state: None,
             manifest: None,
             compression: None,
             file_checks: None,
@@ -292,6 +297,26 @@ fn print_text(r: &Report) {
             c.state_layout.name(),
             c.lm_head.name()
         );
+        if let Some(kv) = &r.kv_state {
+            println!(
+                "  KV state: {} per session (fp16; {} per token × {} tokens; head_dim {} held as {})",
+                human_bytes(kv.bytes),
+                human_bytes(kv.bytes_per_token),
+                kv.context,
+                kv.head_dim,
+                kv.state_head_dim
+            );
+        }
+        if let Some(l) = &m.lora {
+            println!(
+                "  LoRA {} (sha256 {}), r {}, scale {}, {} tensors merged",
+                l.dir.display(),
+                l.adapter_sha256,
+                l.rank,
+                l.scale,
+                l.merged_tensors.len()
+            );
+        }
         if let Some(summary) = &r.compression {
             super::compress_opts::print_summary(summary, "  ");
         }

@@ -24,6 +24,7 @@ pub struct GgufRules {
 pub struct TensorFacts {
     pub has_output: bool,
     pub has_q_bias: bool,
+    pub has_o_bias: bool,
     /// Rows of `token_embd.weight`, the vocabulary the weights were trained with.
     pub embedding_rows: Option<usize>,
     /// How many tensors the file holds.
@@ -43,6 +44,7 @@ impl TensorFacts {
         Self {
             has_output: find("output.weight").is_some(),
             has_q_bias: find("blk.0.attn_q.bias").is_some(),
+            has_o_bias: find("blk.0.attn_output.bias").is_some(),
             embedding_rows: find("token_embd.weight").and_then(|t| t.hf_shape().first().copied()),
             count: file.tensors.len(),
         }
@@ -167,8 +169,11 @@ pub fn parse(
         rms_norm_eps: meta.f64(&key("attention.layer_norm_rms_epsilon"))?,
         tie_word_embeddings: !tensors.has_output,
         attention_bias: tensors.has_q_bias,
+        o_proj_bias: tensors.has_o_bias,
         qk_norm: rules.qk_norm,
         max_position_embeddings: positive("context_length")?,
+        partial_rotary_dim: None,
+        long_rope: None,
         bos_token_id,
         eos_token_ids,
     })

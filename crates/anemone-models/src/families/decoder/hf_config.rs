@@ -1,7 +1,7 @@
 //! `config.json` → [`DecoderConfig`] for the decoder families, with each family's rules.
 //!
 //! Only what the decoder blocks implement is accepted: RoPE scaling, sliding-window attention,
-//! MLP biases, an o_proj bias, activations other than SiLU and other families' math keys
+//! MLP biases, activations other than SiLU and other families' math keys
 //! (`partial_rotary_factor`, logit soft-capping, Granite multipliers, …) are refused with an error naming
 //! the field, because silently ignoring them would give a model that runs and is wrong.
 
@@ -25,8 +25,9 @@ pub enum HeadDimDefault {
 pub enum AttentionBias {
     /// Always Q/K/V biases and never an o_proj bias; there is no config field (Qwen2).
     AlwaysQkv,
-    /// None; an `attention_bias: true` (which would also add an o_proj bias) is refused.
-    RefuseField,
+    /// `attention_bias: true` adds biases to the Q, K, V and o projections, as transformers'
+    /// Llama and Qwen3 build them (default false).
+    Field,
 }
 
 /// What distinguishes one decoder family's `config.json`.
@@ -81,16 +82,11 @@ pub fn parse(f: &Fields, rules: &HfRules) -> Result<DecoderConfig> {
     check_no_sliding_window(f)?;
     check_unimplemented_math(f, head_dim)?;
     let rope_theta = rope_theta(f)?;
-    let attention_bias = match rules.attention_bias {
-        AttentionBias::AlwaysQkv => true,
-        AttentionBias::RefuseField => {
-            if f.bool_opt("attention_bias")?.unwrap_or(false) {
-                return Err(f.unsupported(
-                    "attention_bias",
-                    "true (for this model type it also adds an o_proj bias)",
-                ));
-            }
-            false
+    let (attention_bias, o_proj_bias) = match rules.attention_bias {
+        AttentionBias::AlwaysQkv => (true, false),
+        AttentionBias::Field => {
+            let on = f.bool_opt("attention_bias")?.unwrap_or(false);
+            (on, on)
         }
     };
     if f.bool_opt("mlp_bias")?.unwrap_or(false) {
@@ -114,8 +110,11 @@ pub fn parse(f: &Fields, rules: &HfRules) -> Result<DecoderConfig> {
         rms_norm_eps,
         tie_word_embeddings: f.bool_opt("tie_word_embeddings")?.unwrap_or(false),
         attention_bias,
+        o_proj_bias,
         qk_norm: rules.qk_norm,
         max_position_embeddings: f.positive("max_position_embeddings")?,
+        partial_rotary_dim: None,
+        long_rope: None,
         bos_token_id: f.token_id("bos_token_id")?,
         eos_token_ids: f.token_ids("eos_token_id")?,
     })

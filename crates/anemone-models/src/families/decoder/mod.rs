@@ -55,6 +55,9 @@ pub fn expected_tensors(config: &DecoderConfig) -> Vec<(String, Vec<usize>)> {
             out.push((p("self_attn.k_proj.bias"), vec![kv]));
             out.push((p("self_attn.v_proj.bias"), vec![kv]));
         }
+        if config.o_proj_bias {
+            out.push((p("self_attn.o_proj.bias"), vec![h]));
+        }
         if config.qk_norm {
             out.push((p("self_attn.q_norm.weight"), vec![config.head_dim]));
             out.push((p("self_attn.k_norm.weight"), vec![config.head_dim]));
