@@ -137,10 +137,22 @@ fn init_logging(verbose: u8) {
 mod tests {
     use super::render_error;
 
-    #[derive(Debug, thiserror::Error)]
-    #[error("/out/m.bundle: {source}")]
+    /// A library error that states its cause in its message and also returns it as `source()`.
+    #[derive(Debug)]
     struct Wrapped {
         source: std::io::Error,
+    }
+
+    impl std::fmt::Display for Wrapped {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "/out/m.bundle: {}", self.source)
+        }
+    }
+
+    impl std::error::Error for Wrapped {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.source)
+        }
     }
 
     #[test]

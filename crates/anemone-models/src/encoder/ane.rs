@@ -458,7 +458,7 @@ impl RopeTable {
         precision: Precision,
         t: usize,
     ) -> Result<Self, AneError> {
-        let rope = crate::reference::rope::Rope::new(head_dim, theta);
+        let rope = crate::reference::rope::Rope::plain(head_dim, theta);
         let half = head_dim / 2;
         let mut cos = vec![0f32; head_dim * t];
         let mut sin = vec![0f32; head_dim * t];

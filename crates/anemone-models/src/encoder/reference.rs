@@ -327,7 +327,7 @@ impl EncoderReference {
         let mut hidden_states = vec![x.clone()];
         let rope = c.rope().map(|r| {
             let tables = |theta: f64| {
-                let rope = Rope::new(d, theta);
+                let rope = Rope::plain(d, theta);
                 (0..n).map(|p| rope.cos_sin(p)).collect::<Vec<_>>()
             };
             (r, tables(r.global_rope_theta), tables(r.local_rope_theta))

@@ -17,9 +17,8 @@ impl Rope {
         }
     }
 
-    /// Plain RoPE over whole heads of `head_dim` (tests).
-    #[cfg(test)]
-    fn plain(head_dim: usize, theta: f64) -> Self {
+    /// Plain RoPE over whole heads of `head_dim` with base `theta` (encoders, tests).
+    pub fn plain(head_dim: usize, theta: f64) -> Self {
         let inv_freq = (0..head_dim / 2)
             .map(|i| 1.0 / (theta as f32).powf((2 * i) as f32 / head_dim as f32))
             .collect();

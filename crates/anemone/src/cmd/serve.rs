@@ -105,7 +105,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         let path = PathBuf::from(path);
         let kind = args.backend.unwrap_or_else(BackendKind::for_bundles);
         if model_kind(&path).with_context(|| format!("--model `{spec}`"))? == ModelKind::Encoder {
-            let precision = args.precision.unwrap_or(Precision::Fp16);
+            let precision = args.precision.unwrap_or(Precision::Fp16.into());
             let choice = args.coreml.choice(kind, precision, args.threads);
             let started = std::time::Instant::now();
             let encoder = Encoder::open_on(&path, &choice)
