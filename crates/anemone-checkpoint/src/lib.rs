@@ -26,7 +26,7 @@ pub mod hf;
 pub mod store;
 pub mod tokenizer;
 
-pub use config::{Architecture, DecoderConfig, InvalidConfig};
+pub use config::{Architecture, DecoderConfig, GemmaConfig, InvalidConfig};
 pub use error::{CheckpointError, Result};
 pub use store::{MemoryStore, TensorInfo, TensorStore};
 pub use tokenizer::TokenizerBundle;

@@ -39,6 +39,7 @@ fn tiny_checkpoint() -> Checkpoint {
         max_position_embeddings: 128,
         bos_token_id: None,
         eos_token_ids: vec![],
+        gemma: None,
     };
     let mut store = MemoryStore::new();
     for (i, (name, shape)) in anemone_models::families::expected_tensors(&config)

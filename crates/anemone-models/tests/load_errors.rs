@@ -22,6 +22,7 @@ fn config() -> DecoderConfig {
         max_position_embeddings: 32,
         bos_token_id: None,
         eos_token_ids: vec![],
+        gemma: None,
     }
 }
 

@@ -4,21 +4,65 @@
 
 use anemone_checkpoint::DecoderConfig;
 
+use super::decoder::names;
 pub use crate::attention::causal_mask;
+use crate::attention::sliding_mask;
 
 /// Inverse frequencies `1 / theta^(2i/d)`, in f32 like the reference forward and transformers.
 pub fn inv_freq(config: &DecoderConfig) -> Vec<f32> {
-    let d = config.head_dim;
+    inv_freq_of(config.head_dim, config.rope_theta)
+}
+
+fn inv_freq_of(d: usize, theta: f64) -> Vec<f32> {
     (0..d / 2)
-        .map(|i| 1.0 / (config.rope_theta as f32).powf((2 * i) as f32 / d as f32))
+        .map(|i| 1.0 / (theta as f32).powf((2 * i) as f32 / d as f32))
         .collect()
 }
 
 /// `(cos, sin)` for the `cos`/`sin` inputs `[1, 1, head_dim, T]`, one column per entry of
 /// `positions`: element `[d, t]` is `cos(positions[t] · inv_freq[d mod head_dim/2])`.
 pub fn rope_tables(config: &DecoderConfig, positions: &[usize]) -> (Vec<f32>, Vec<f32>) {
-    let freqs = inv_freq(config);
-    let (d, t) = (config.head_dim, positions.len());
+    rope_tables_of(config.head_dim, config.rope_theta, positions)
+}
+
+/// Every host-built input of a chunk function with `t` tokens written at `first..` except
+/// `hidden_states` and `position`: `(name, shape, values)` for `cos`, `sin`, `mask` and, for a
+/// model with sliding-window layers (Gemma), `cos_local`, `sin_local`, `mask_local`.
+pub fn chunk_inputs(
+    config: &DecoderConfig,
+    context: usize,
+    first: usize,
+    t: usize,
+    mask_value: f32,
+) -> Vec<(&'static str, Vec<usize>, Vec<f32>)> {
+    let positions: Vec<usize> = (first..first + t).collect();
+    let d = config.head_dim;
+    let (cos, sin) = rope_tables(config, &positions);
+    let mut out = vec![
+        (names::COS, vec![1, 1, d, t], cos),
+        (names::SIN, vec![1, 1, d, t], sin),
+        (
+            names::MASK,
+            vec![1, 1, t, context],
+            causal_mask(context, first, t, mask_value),
+        ),
+    ];
+    if let Some(g) = &config.gemma {
+        let (cos, sin) = rope_tables_of(d, g.rope_local_theta, &positions);
+        out.push((names::COS_LOCAL, vec![1, 1, d, t], cos));
+        out.push((names::SIN_LOCAL, vec![1, 1, d, t], sin));
+        out.push((
+            names::MASK_LOCAL,
+            vec![1, 1, t, context],
+            sliding_mask(context, first, t, g.sliding_window, mask_value),
+        ));
+    }
+    out
+}
+
+fn rope_tables_of(d: usize, theta: f64, positions: &[usize]) -> (Vec<f32>, Vec<f32>) {
+    let freqs = inv_freq_of(d, theta);
+    let t = positions.len();
     let mut cos = vec![0f32; d * t];
     let mut sin = vec![0f32; d * t];
     for (col, &p) in positions.iter().enumerate() {

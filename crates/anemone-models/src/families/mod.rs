@@ -13,11 +13,13 @@
 
 pub mod bert;
 pub mod decoder;
+mod gemma3;
 mod llama;
 mod qwen2;
 mod qwen3;
 
 pub use bert::Bert;
+pub use gemma3::GEMMA3;
 pub use llama::LLAMA;
 pub use qwen2::QWEN2;
 pub use qwen3::QWEN3;
@@ -30,7 +32,7 @@ use anemone_checkpoint::hf::{self, JsonFields};
 use anemone_checkpoint::{Checkpoint, CheckpointError, DecoderConfig, Result};
 
 /// Every family anemone knows, in the order error messages list them.
-pub static FAMILIES: &[&dyn Family] = &[&LLAMA, &QWEN2, &QWEN3];
+pub static FAMILIES: &[&dyn Family] = &[&LLAMA, &QWEN2, &QWEN3, &GEMMA3];
 
 /// Every encoder family anemone knows (bidirectional, no cache, embeddings and classifier heads).
 pub static ENCODER_FAMILIES: &[&dyn EncoderFamily] = &[&Bert];
@@ -163,6 +165,12 @@ pub trait Family: Sync {
         desc: &TensorDesc,
         config: &DecoderConfig,
     ) -> Result<(String, RowPermutation)>;
+
+    /// The checkpoint of a Hugging Face directory as the shared blocks read it (Gemma reads its
+    /// `(1 + w)` norm weights as the multiplier); unchanged for most families.
+    fn adapt_hf_checkpoint(&self, checkpoint: Checkpoint) -> Checkpoint {
+        checkpoint
+    }
 }
 
 fn unknown(arch: &str, known: impl Iterator<Item = &'static str>) -> CheckpointError {
@@ -261,8 +269,9 @@ fn open_hf_dir(path: &Path) -> Result<Checkpoint> {
             ),
         ));
     }
-    let config = by_hf_model_type(model_type)?.config_from_hf(&fields)?;
-    let checkpoint = hf::open_dir(path, config_path, config)?;
+    let family = by_hf_model_type(model_type)?;
+    let config = family.config_from_hf(&fields)?;
+    let checkpoint = family.adapt_hf_checkpoint(hf::open_dir(path, config_path, config)?);
     validate_checkpoint(&checkpoint)?;
     tracing::debug!(dir = %path.display(), config = ?checkpoint.config, "opened Hugging Face checkpoint");
     Ok(checkpoint)
@@ -321,7 +330,7 @@ mod tests {
         match by_hf_model_type("t5") {
             Err(CheckpointError::UnknownArchitecture { arch, known }) => {
                 assert_eq!(arch, "t5");
-                assert_eq!(known, "llama, qwen2, qwen3");
+                assert_eq!(known, "llama, qwen2, qwen3, gemma3_text");
             }
             other => panic!(
                 "expected UnknownArchitecture, got {:?}",
@@ -331,7 +340,7 @@ mod tests {
         let err = by_gguf_architecture("mamba").map(|f| f.name()).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "unsupported architecture `mamba` (supported: llama, qwen2, qwen3)"
+            "unsupported architecture `mamba` (supported: llama, qwen2, qwen3, gemma3)"
         );
     }
 }

@@ -73,7 +73,7 @@ pub struct ReferenceModel {
     config: DecoderConfig,
     weights: std::sync::Arc<weights::Weights>,
     cache: cache::KvCache,
-    rope: rope::Rope,
+    rope: rope::Ropes,
     context_len: usize,
     pool: std::sync::Arc<rayon::ThreadPool>,
 }
@@ -132,7 +132,7 @@ impl ReferenceModel {
         );
         Ok(Self {
             cache: cache::KvCache::new(config.num_hidden_layers, config.kv_dim()),
-            rope: rope::Rope::new(config.head_dim, config.rope_theta),
+            rope: rope::Ropes::new(&config),
             config,
             weights: std::sync::Arc::new(weights),
             context_len,
@@ -147,7 +147,7 @@ impl ReferenceModel {
             config: self.config.clone(),
             weights: std::sync::Arc::clone(&self.weights),
             cache: cache::KvCache::new(self.config.num_hidden_layers, self.config.kv_dim()),
-            rope: rope::Rope::new(self.config.head_dim, self.config.rope_theta),
+            rope: rope::Ropes::new(&self.config),
             context_len: self.context_len,
             pool: std::sync::Arc::clone(&self.pool),
         }

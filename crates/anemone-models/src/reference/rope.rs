@@ -1,6 +1,33 @@
 //! Rotary position embedding in the Hugging Face "rotate half" convention: the pair rotated by
 //! frequency `i` is `(x[i], x[i + d/2])`, not adjacent elements.
 
+/// The RoPE of every layer: one base for all, or Gemma's global and local (sliding) bases.
+pub struct Ropes {
+    global: Rope,
+    local: Option<Rope>,
+}
+
+impl Ropes {
+    pub fn new(config: &anemone_checkpoint::DecoderConfig) -> Self {
+        Self {
+            global: Rope::new(config.head_dim, config.rope_theta),
+            local: config
+                .gemma
+                .as_ref()
+                .map(|g| Rope::new(config.head_dim, g.rope_local_theta)),
+        }
+    }
+
+    pub fn global(&self) -> &Rope {
+        &self.global
+    }
+
+    /// The local base's RoPE (Gemma's sliding layers), if the model has one.
+    pub fn local(&self) -> Option<&Rope> {
+        self.local.as_ref()
+    }
+}
+
 /// Inverse frequencies `1 / theta^(2i/d)` for `i < d/2`, computed in f32 like transformers.
 pub struct Rope {
     inv_freq: Vec<f32>,

@@ -171,6 +171,7 @@ pub fn parse(
         max_position_embeddings: positive("context_length")?,
         bos_token_id,
         eos_token_ids,
+        gemma: None,
     })
 }
 
