@@ -80,10 +80,7 @@ impl Run<'_> {
         let dtype = self.manifest.conversion.precision.dtype();
         let mut inputs = HashMap::new();
         for (name, shape, values) in chunk_inputs(c, CONTEXT, first, t, MASK_NEG) {
-            inputs.insert(
-                name.to_string(),
-                Tensor::new(dtype, shape, values).unwrap(),
-            );
+            inputs.insert(name.to_string(), Tensor::new(dtype, shape, values).unwrap());
         }
         inputs.insert(
             names::POSITION.to_string(),

@@ -85,37 +85,37 @@ pub fn chunk_signature(
     let dt = options.precision.dtype();
     let (h, d, ctx) = (config.hidden_size, config.head_dim, options.context);
     let mut inputs = vec![
-            TensorSignature::new(
-                names::HIDDEN_IN,
-                dt,
-                vec![1, h, 1, t],
-                "residual stream entering the chunk",
-            ),
-            TensorSignature::new(
-                names::COS,
-                dt,
-                vec![1, 1, d, t],
-                "rotate-half cos table: cos(position · inv_freq[i mod head_dim/2])",
-            ),
-            TensorSignature::new(
-                names::SIN,
-                dt,
-                vec![1, 1, d, t],
-                "rotate-half sin table: sin(position · inv_freq[i mod head_dim/2])",
-            ),
-            TensorSignature::new(
-                names::MASK,
-                dt,
-                vec![1, 1, t, ctx],
-                "additive attention mask over the KV slots: 0 visible, -1e4 hidden",
-            ),
-            TensorSignature::new(
-                names::POSITION,
-                DType::I32,
-                vec![1],
-                "KV slot of the first token; position + T <= context",
-            ),
-        ];
+        TensorSignature::new(
+            names::HIDDEN_IN,
+            dt,
+            vec![1, h, 1, t],
+            "residual stream entering the chunk",
+        ),
+        TensorSignature::new(
+            names::COS,
+            dt,
+            vec![1, 1, d, t],
+            "rotate-half cos table: cos(position · inv_freq[i mod head_dim/2])",
+        ),
+        TensorSignature::new(
+            names::SIN,
+            dt,
+            vec![1, 1, d, t],
+            "rotate-half sin table: sin(position · inv_freq[i mod head_dim/2])",
+        ),
+        TensorSignature::new(
+            names::MASK,
+            dt,
+            vec![1, 1, t, ctx],
+            "additive attention mask over the KV slots: 0 visible, -1e4 hidden",
+        ),
+        TensorSignature::new(
+            names::POSITION,
+            DType::I32,
+            vec![1],
+            "KV slot of the first token; position + T <= context",
+        ),
+    ];
     if config.gemma.is_some() {
         inputs.extend([
             TensorSignature::new(

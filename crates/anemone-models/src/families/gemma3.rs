@@ -15,9 +15,7 @@
 use anemone_checkpoint::gguf::tokenizer::GgufTokenizer;
 use anemone_checkpoint::gguf::{GgufFile, RowPermutation, TensorDesc};
 use anemone_checkpoint::hf::JsonFields;
-use anemone_checkpoint::{
-    Checkpoint, DecoderConfig, GemmaConfig, Result, TensorInfo, TensorStore,
-};
+use anemone_checkpoint::{Checkpoint, DecoderConfig, GemmaConfig, Result, TensorInfo, TensorStore};
 use serde_json::Value;
 
 use super::decoder::gguf_config::{self, GgufRules};
@@ -121,10 +119,9 @@ impl Family for Gemma3 {
                     .map(|(i, t)| match t.as_str() {
                         Some("sliding_attention") => Ok(true),
                         Some("full_attention") => Ok(false),
-                        Some(other) => Err(f.unsupported(
-                            "layer_types",
-                            format!("`{other}` for layer {i}"),
-                        )),
+                        Some(other) => {
+                            Err(f.unsupported("layer_types", format!("`{other}` for layer {i}")))
+                        }
                         None => Err(f.bad("layer_types", format!("layer {i}: expected a string"))),
                     })
                     .collect::<Result<Vec<_>>>()?

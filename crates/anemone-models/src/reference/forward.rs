@@ -5,9 +5,7 @@
 //! RoPE bases.
 
 use super::cache::KvCache;
-use super::kernels::{
-    axpy, dot, gelu_tanh, matmul_t, rms_norm_into, rms_norm_rows, silu, softmax,
-};
+use super::kernels::{axpy, dot, gelu_tanh, matmul_t, rms_norm_into, rms_norm_rows, silu, softmax};
 use super::rope::{Rope, Ropes};
 use super::weights::{LayerWeights, Weights};
 use super::LogitsFor;
@@ -105,7 +103,12 @@ fn attention_block(
     let s = angles.len();
 
     let mut normed = vec![0f32; s * h];
-    rms_norm_into(x, &layer.input_norm, config.residual_norm_eps() as f32, &mut normed);
+    rms_norm_into(
+        x,
+        &layer.input_norm,
+        config.residual_norm_eps() as f32,
+        &mut normed,
+    );
     let mut qkv = vec![0f32; s * qkv_dim];
     matmul_t(&normed, &layer.qkv, &mut qkv, s, h, qkv_dim);
 

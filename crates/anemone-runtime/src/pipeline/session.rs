@@ -5,10 +5,7 @@ use std::collections::HashMap;
 
 use anemone_backend::{Backend, Tensor};
 use anemone_mil::DType;
-use anemone_models::ane::{
-    io::chunk_inputs,
-    lm_head, names,
-};
+use anemone_models::ane::{io::chunk_inputs, lm_head, names};
 
 use super::{backend_error, Pipeline, PipelineError};
 use crate::error::RuntimeError;
