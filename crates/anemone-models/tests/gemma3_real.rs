@@ -152,3 +152,37 @@ fn reference_follows_llama_cpp_greedy_continuations() {
     );
     assert!(compared >= 30, "only {compared} steps had a wide margin");
 }
+
+/// Why Gemma needs the residual scale: its stream passes fp16's 65,504 on ordinary text; the
+/// scale chosen at conversion brings every layer's stream under half of it.
+#[test]
+fn residual_stream_exceeds_fp16_and_the_scale_brings_it_back() {
+    let Some(path) = model() else { return };
+    let ckpt = anemone_models::open_checkpoint(&path).unwrap();
+    let (scale, bound) = anemone_models::families::gemma3::fp16_residual_scale(&ckpt)
+        .unwrap()
+        .unwrap();
+    assert_eq!(scale, 1.0 / 16.0, "bound {bound}");
+    let mut model = ReferenceModel::load(
+        &ckpt,
+        &ReferenceOptions {
+            threads: None,
+            context_len: Some(256),
+        },
+    )
+    .unwrap();
+    let case = &fixture("gemma3-270m.llamacpp.json")["cases"][0];
+    let mut seq = ids(&case["prompt_ids"]);
+    seq.extend(ids(&case["greedy_ids"]));
+    let trace = model.forward_traced(&seq).unwrap();
+    let per_layer: Vec<f32> = trace
+        .hidden_states
+        .iter()
+        .map(|h| h.iter().fold(0f32, |m, v| m.max(v.abs())))
+        .collect();
+    let peak = per_layer.iter().copied().fold(0f32, f32::max) as f64;
+    eprintln!("max |residual| per layer: {per_layer:?}");
+    assert!(peak > 65_504.0, "peak {peak}");
+    assert!(peak <= bound, "peak {peak} above the bound {bound}");
+    assert!(peak * scale < 32_768.0, "scaled peak {}", peak * scale);
+}

@@ -251,6 +251,44 @@ impl Family for Gemma3 {
     }
 }
 
+/// The largest residual-stream magnitude fp16 is asked to hold: half of fp16's 65,504, so the
+/// sum of the stream and one block's output cannot overflow either.
+const FP16_RESIDUAL_LIMIT: f64 = 32_752.0;
+
+/// The residual scale (a power of two, so scaling is exact in binary floating point) for a
+/// Gemma checkpoint to be run in fp16, from a bound every input respects: an RMS-normed vector of
+/// `h` entries has no entry above `√h`, so the stream never exceeds
+/// `max|embedding| · √h + Σ_layers √h · (max|w_post_attention| + max|w_post_feedforward|)`.
+/// Returns `(scale, bound)`; `(1, bound)` for a bound already within fp16, `None` for a
+/// non-Gemma checkpoint.
+///
+/// Gemma 3 270M: the bound is ≈ 512,000 (the stream itself reaches ≈ 104,000 on ordinary text,
+/// past fp16's 65,504 from layer 8 on), so the scale is 1/16.
+pub fn fp16_residual_scale(checkpoint: &Checkpoint) -> Result<Option<(f64, f64)>> {
+    let c = &checkpoint.config;
+    if c.gemma.is_none() {
+        return Ok(None);
+    }
+    let max_abs = |name: &str| -> Result<f64> {
+        Ok(checkpoint
+            .load_f32(name)?
+            .iter()
+            .fold(0f64, |m, v| m.max(v.abs() as f64)))
+    };
+    let root_h = (c.hidden_size as f64).sqrt();
+    let mut bound = max_abs(tensor_names::EMBED_TOKENS)? * root_h;
+    for layer in 0..c.num_hidden_layers {
+        for norm in ["post_attention_layernorm", "post_feedforward_layernorm"] {
+            bound += root_h * max_abs(&tensor_names::layer(layer, &format!("{norm}.weight")))?;
+        }
+    }
+    let mut scale = 1.0;
+    while bound * scale > FP16_RESIDUAL_LIMIT {
+        scale /= 2.0;
+    }
+    Ok(Some((scale, bound)))
+}
+
 /// `(global, local)` RoPE bases: transformers 5's `rope_parameters.{full,sliding}_attention`, or
 /// transformers 4's `rope_theta` + `rope_local_base_freq`. Scaled RoPE is refused.
 fn rope_bases(f: &JsonFields) -> Result<(f64, f64)> {

@@ -13,7 +13,7 @@
 
 pub mod bert;
 pub mod decoder;
-mod gemma3;
+pub mod gemma3;
 mod llama;
 mod qwen2;
 mod qwen3;
