@@ -170,7 +170,7 @@ pub fn build(meta: &Metadata) -> Result<Option<GgufTokenizer>> {
         .opt_bool("tokenizer.ggml.add_eos_token")?
         .unwrap_or(false);
 
-    let (mut tokenizer, in_vocab): (Tokenizer, Box<dyn Fn(&str) -> bool>) = if spm {
+    let (mut tokenizer, in_vocab): (Tokenizer, SpelledAsWritten) = if spm {
         let tokenizer = super::spm::tokenizer(meta, &tokens, token_types.as_deref())?;
         (tokenizer, Box::new(|_: &str| true))
     } else {
@@ -239,12 +239,11 @@ pub fn build(meta: &Metadata) -> Result<Option<GgufTokenizer>> {
     }))
 }
 
+/// Whether a token text is in the model's vocabulary as written (so it can be an added token).
+type SpelledAsWritten = Box<dyn Fn(&str) -> bool>;
+
 /// The byte-level BPE of a `gpt2` vocabulary, and which token texts it spells as written.
-#[allow(clippy::type_complexity)]
-fn gpt2_tokenizer(
-    meta: &Metadata,
-    tokens: &[&str],
-) -> Result<(Tokenizer, Box<dyn Fn(&str) -> bool>)> {
+fn gpt2_tokenizer(meta: &Metadata, tokens: &[&str]) -> Result<(Tokenizer, SpelledAsWritten)> {
     let file = meta.path.display();
     let pre_name = meta.opt_str("tokenizer.ggml.pre")?;
     let pre = PreTokenizerKind::from_ggml_pre(pre_name).ok_or_else(|| {
