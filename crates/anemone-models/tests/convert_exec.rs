@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use anemone_exec::{LoadedPackage, Tensor};
-use anemone_models::ane::io::{causal_mask, rope_tables};
+use anemone_models::ane::io::{causal_mask, chunk_inputs, rope_tables};
 use anemone_models::ane::options::MASK_NEG;
 use anemone_models::ane::{
     names, ChunkOptions, ChunkSizing, LmHeadPlacement, NormForm, Precision, StateLayout,
@@ -78,23 +78,10 @@ impl Run<'_> {
     fn step(&mut self, function: &str, x: Vec<f32>, first: usize, t: usize) -> Vec<Vec<f32>> {
         let c = &self.manifest.config;
         let dtype = self.manifest.conversion.precision.dtype();
-        let positions: Vec<usize> = (first..first + t).collect();
-        let (cos, sin) = rope_tables(c, &positions);
-        let d = c.head_dim;
         let mut inputs = HashMap::new();
-        inputs.insert(
-            names::COS.to_string(),
-            Tensor::new(dtype, vec![1, 1, d, t], cos).unwrap(),
-        );
-        inputs.insert(
-            names::SIN.to_string(),
-            Tensor::new(dtype, vec![1, 1, d, t], sin).unwrap(),
-        );
-        let mask = causal_mask(CONTEXT, first, t, MASK_NEG);
-        inputs.insert(
-            names::MASK.to_string(),
-            Tensor::new(dtype, vec![1, 1, t, CONTEXT], mask).unwrap(),
-        );
+        for (name, shape, values) in chunk_inputs(c, CONTEXT, first, t, MASK_NEG) {
+            inputs.insert(name.to_string(), Tensor::new(dtype, shape, values).unwrap());
+        }
         inputs.insert(
             names::POSITION.to_string(),
             Tensor::i32(vec![1], &[first as i32]).unwrap(),
@@ -214,6 +201,8 @@ fn fp32_chunks_match_the_reference_for_every_architecture_and_layout() {
         "qwen2_gqa3_tied",
         "qwen3_gqa4",
         "qwen3_gqa2_headdim24",
+        "gemma3_sliding_gqa2",
+        "gemma3_mqa_untied",
     ] {
         for (layout, per) in [
             (StateLayout::Unified, 1),
@@ -273,6 +262,14 @@ fn fp16_chunks_stay_close_to_the_reference() {
             1,
             TIER_FP16_GRAPH,
         );
+        check_against_reference(
+            "gemma3_mqa_untied",
+            Precision::Fp16,
+            norm,
+            StateLayout::Unified,
+            2,
+            TIER_FP16_GRAPH,
+        );
     }
 }
 
@@ -281,7 +278,7 @@ fn fp16_chunks_stay_close_to_the_reference() {
 fn lm_head_package_matches_the_reference_logits() {
     /// fp32 weights and compute end to end: only summation order differs.
     const TIER_FP32_HEAD: (f64, f64) = (0.999_999_9, 1e-4);
-    for fixture in ["llama_gqa4", "qwen3_mha_tied"] {
+    for fixture in ["llama_gqa4", "qwen3_mha_tied", "gemma3_sliding_gqa2"] {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("bundle");
         let ckpt = anemone_models::open_checkpoint(oracle_fixture(fixture)).unwrap();

@@ -42,6 +42,7 @@ fn tiny_checkpoint() -> Checkpoint {
         long_rope: None,
         bos_token_id: None,
         eos_token_ids: vec![],
+        gemma: None,
     };
     let mut store = MemoryStore::new();
     for (i, (name, shape)) in anemone_models::families::expected_tensors(&config)

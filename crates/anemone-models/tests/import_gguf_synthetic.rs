@@ -446,11 +446,17 @@ fn unsupported_tokenizers_are_named() {
     }
     let (mut w, _, _) = tiny_llama();
     with_tokenizer(&mut w, None, false);
-    w.kv("tokenizer.ggml.model", Val::Str("llama".into()));
+    w.kv("tokenizer.ggml.model", Val::Str("rwkv".into()));
     match open(&w) {
         Err(CheckpointError::Tokenizer { problem }) => {
-            assert!(problem.contains("`llama`"), "{problem}")
+            assert!(problem.contains("`rwkv`"), "{problem}")
         }
         other => panic!("expected Tokenizer error, got {other:?}"),
     }
+    // a SentencePiece vocabulary without its scores is named by the missing key
+    let (mut w, _, _) = tiny_llama();
+    with_tokenizer(&mut w, None, false);
+    w.kv("tokenizer.ggml.model", Val::Str("llama".into()));
+    let err = open(&w).unwrap_err().to_string();
+    assert!(err.contains("tokenizer.ggml.scores"), "{err}");
 }

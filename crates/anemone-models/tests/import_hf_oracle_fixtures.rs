@@ -74,7 +74,13 @@ fn every_oracle_fixture_opens_and_matches_its_config_json() {
             assert!(shards > 1, "{name}: sharded fixture read {shards} shard(s)");
         }
 
-        let arch = Architecture::new(json["model_type"].as_str().unwrap());
+        let model_type = json["model_type"].as_str().unwrap();
+        let arch = Architecture::new(
+            anemone_models::families::by_hf_model_type(model_type)
+                .unwrap()
+                .name(),
+        );
+        let gemma = arch == Architecture::new("gemma3");
         assert_eq!(c.architecture, arch, "{name}");
         assert_eq!(c.hidden_size, uint(&json, "hidden_size"), "{name}");
         assert_eq!(
@@ -104,11 +110,32 @@ fn every_oracle_fixture_opens_and_matches_its_config_json() {
             uint(&json, "max_position_embeddings"),
             "{name}"
         );
-        assert_eq!(
-            Some(c.rope_theta),
-            json["rope_parameters"]["rope_theta"].as_f64(),
-            "{name}"
-        );
+        // Gemma: per layer type; the global layers' base is the config's
+        let rope = if gemma {
+            &json["rope_parameters"]["full_attention"]
+        } else {
+            &json["rope_parameters"]
+        };
+        assert_eq!(Some(c.rope_theta), rope["rope_theta"].as_f64(), "{name}");
+        if let Some(g) = &c.gemma {
+            assert_eq!(
+                Some(g.rope_local_theta),
+                json["rope_parameters"]["sliding_attention"]["rope_theta"].as_f64(),
+                "{name}"
+            );
+            assert_eq!(
+                Some(g.sliding_window as u64),
+                json["sliding_window"].as_u64(),
+                "{name}"
+            );
+            let sliding: Vec<bool> = json["layer_types"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t.as_str() == Some("sliding_attention"))
+                .collect();
+            assert_eq!(g.sliding_layers, sliding, "{name}");
+        }
         assert_eq!(
             Some(c.rms_norm_eps),
             json["rms_norm_eps"].as_f64(),
@@ -126,7 +153,11 @@ fn every_oracle_fixture_opens_and_matches_its_config_json() {
             "{name}"
         );
         assert_eq!(c.o_proj_bias, bias_field, "{name}");
-        assert_eq!(c.qk_norm, arch == Architecture::new("qwen3"), "{name}");
+        assert_eq!(
+            c.qk_norm,
+            arch == Architecture::new("qwen3") || gemma,
+            "{name}"
+        );
         assert_eq!(
             c.bos_token_id,
             Some(uint(&json, "bos_token_id") as u32),

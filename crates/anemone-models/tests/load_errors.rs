@@ -25,6 +25,7 @@ fn config() -> DecoderConfig {
         long_rope: None,
         bos_token_id: None,
         eos_token_ids: vec![],
+        gemma: None,
     }
 }
 

@@ -6,6 +6,7 @@ pub mod dequant;
 pub mod metadata;
 pub mod permutation;
 pub mod reader;
+mod spm;
 pub mod tokenizer;
 
 pub use dequant::GgmlType;

@@ -1,6 +1,7 @@
 //! The tokenizer a GGUF file stores in its metadata, rebuilt as a `tokenizers::Tokenizer`.
 //!
-//! Supported: `tokenizer.ggml.model = gpt2` (byte-level BPE). The pre-tokenizer is chosen from
+//! Supported: `tokenizer.ggml.model = gpt2` (byte-level BPE) and `llama` (SentencePiece, see
+//! `spm`). The pre-tokenizer is chosen from
 //! `tokenizer.ggml.pre` with llama.cpp's regexes (llama-vocab.cpp); tokens typed CONTROL become
 //! special added tokens and USER_DEFINED ones plain added tokens, as transformers' GGUF
 //! conversion does, so `<|im_start|>` in text is one token.
@@ -124,25 +125,19 @@ pub fn build(meta: &Metadata) -> Result<Option<GgufTokenizer>> {
         return Ok(None);
     };
     let file = meta.path.display();
-    if model != "gpt2" {
-        return Err(tokenizer_error(format!(
-            "{file}: tokenizer model `{model}` is not supported (only `gpt2` byte-level BPE)"
-        )));
-    }
-    let pre_name = meta.opt_str("tokenizer.ggml.pre")?;
-    let pre = PreTokenizerKind::from_ggml_pre(pre_name).ok_or_else(|| {
-        tokenizer_error(format!(
-            "{file}: pre-tokenizer `{}` (tokenizer.ggml.pre) is not supported \
-             (supported: default, gpt-2, smollm, starcoder, llama-bpe, llama3, qwen2, …)",
-            pre_name.unwrap_or_default()
-        ))
-    })?;
+    let spm = match model {
+        "gpt2" => false,
+        "llama" => true,
+        other => {
+            return Err(tokenizer_error(format!(
+                "{file}: tokenizer model `{other}` is not supported (only `gpt2` byte-level BPE \
+                 and `llama` SentencePiece)"
+            )))
+        }
+    };
     let tokens = meta
         .opt_str_array("tokenizer.ggml.tokens")?
         .ok_or_else(|| meta.bad("tokenizer.ggml.tokens", "required key is missing"))?;
-    let merges = meta
-        .opt_str_array("tokenizer.ggml.merges")?
-        .ok_or_else(|| meta.bad("tokenizer.ggml.merges", "required for a gpt2 tokenizer"))?;
     let token_types = meta.opt_int_array("tokenizer.ggml.token_type")?;
     if let Some(types) = &token_types {
         if types.len() != tokens.len() {
@@ -175,45 +170,13 @@ pub fn build(meta: &Metadata) -> Result<Option<GgufTokenizer>> {
         .opt_bool("tokenizer.ggml.add_eos_token")?
         .unwrap_or(false);
 
-    let spelling = byte_spelling();
-    let alphabet: HashSet<char> = spelling.iter().copied().collect();
-    let in_alphabet = |t: &str| t.chars().all(|c| alphabet.contains(&c));
-    // A token written with characters outside the byte alphabet is respelled byte by byte, as
-    // transformers does, so BPE can reach it.
-    let vocab: Vocab = tokens
-        .iter()
-        .enumerate()
-        .map(|(id, &t)| {
-            let text = if in_alphabet(t) {
-                t.to_string()
-            } else {
-                t.bytes().map(|b| spelling[b as usize]).collect()
-            };
-            (text, id as u32)
-        })
-        .collect();
-    let merges = merges
-        .iter()
-        .enumerate()
-        .map(|(i, m)| {
-            m.split_once(' ')
-                .map(|(a, b)| (a.to_string(), b.to_string()))
-                .ok_or_else(|| {
-                    meta.bad(
-                        "tokenizer.ggml.merges",
-                        format!("merge {i} `{m}` is not two tokens"),
-                    )
-                })
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let bpe = BPE::builder()
-        .vocab_and_merges(vocab.clone(), merges)
-        .build()
-        .map_err(|e| tokenizer_error(format!("{file}: BPE model: {e}")))?;
-    let mut tokenizer = Tokenizer::new(bpe);
-    tokenizer.with_pre_tokenizer(Some(pre.build()?));
-    tokenizer.with_decoder(Some(ByteLevelDecoder::default()));
-
+    let (mut tokenizer, in_vocab): (Tokenizer, SpelledAsWritten) = if spm {
+        let tokenizer = super::spm::tokenizer(meta, &tokens, token_types.as_deref())?;
+        (tokenizer, Box::new(|_: &str| true))
+    } else {
+        gpt2_tokenizer(meta, &tokens)?
+    };
+    let in_alphabet = |t: &str| in_vocab(t);
     if let Some(types) = &token_types {
         let control: Vec<AddedToken> = tokens
             .iter()
@@ -225,7 +188,7 @@ pub fn build(meta: &Metadata) -> Result<Option<GgufTokenizer>> {
         let user: Vec<AddedToken> = tokens
             .iter()
             .zip(types)
-            .filter(|&(t, &ty)| ty == TOKEN_TYPE_USER_DEFINED && vocab.contains_key(*t))
+            .filter(|&(t, &ty)| ty == TOKEN_TYPE_USER_DEFINED && in_alphabet(t))
             .map(|(t, _)| AddedToken::from(*t, false).normalized(false))
             .collect();
         tokenizer.add_tokens(&user);
@@ -274,6 +237,67 @@ pub fn build(meta: &Metadata) -> Result<Option<GgufTokenizer>> {
         bos_token_id: bos,
         eos_token_ids,
     }))
+}
+
+/// Whether a token text is in the model's vocabulary as written (so it can be an added token).
+type SpelledAsWritten = Box<dyn Fn(&str) -> bool>;
+
+/// The byte-level BPE of a `gpt2` vocabulary, and which token texts it spells as written.
+fn gpt2_tokenizer(meta: &Metadata, tokens: &[&str]) -> Result<(Tokenizer, SpelledAsWritten)> {
+    let file = meta.path.display();
+    let pre_name = meta.opt_str("tokenizer.ggml.pre")?;
+    let pre = PreTokenizerKind::from_ggml_pre(pre_name).ok_or_else(|| {
+        tokenizer_error(format!(
+            "{file}: pre-tokenizer `{}` (tokenizer.ggml.pre) is not supported \
+             (supported: default, gpt-2, smollm, starcoder, llama-bpe, llama3, qwen2, …)",
+            pre_name.unwrap_or_default()
+        ))
+    })?;
+    let merges = meta
+        .opt_str_array("tokenizer.ggml.merges")?
+        .ok_or_else(|| meta.bad("tokenizer.ggml.merges", "required for a gpt2 tokenizer"))?;
+    let spelling = byte_spelling();
+    let alphabet: HashSet<char> = spelling.iter().copied().collect();
+    let in_alphabet = move |t: &str| t.chars().all(|c| alphabet.contains(&c));
+    // A token written with characters outside the byte alphabet is respelled byte by byte, as
+    // transformers does, so BPE can reach it.
+    let vocab: Vocab = tokens
+        .iter()
+        .enumerate()
+        .map(|(id, &t)| {
+            let text = if in_alphabet(t) {
+                t.to_string()
+            } else {
+                t.bytes().map(|b| spelling[b as usize]).collect()
+            };
+            (text, id as u32)
+        })
+        .collect();
+    let merges = merges
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            m.split_once(' ')
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .ok_or_else(|| {
+                    meta.bad(
+                        "tokenizer.ggml.merges",
+                        format!("merge {i} `{m}` is not two tokens"),
+                    )
+                })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let bpe = BPE::builder()
+        .vocab_and_merges(vocab.clone(), merges)
+        .build()
+        .map_err(|e| tokenizer_error(format!("{file}: BPE model: {e}")))?;
+    let mut tokenizer = Tokenizer::new(bpe);
+    tokenizer.with_pre_tokenizer(Some(pre.build()?));
+    tokenizer.with_decoder(Some(ByteLevelDecoder::default()));
+
+    // user-defined tokens BPE cannot reach are left out, as before
+    let in_vocab = move |t: &str| in_alphabet(t) && vocab.contains_key(t);
+    Ok((tokenizer, Box::new(in_vocab)))
 }
 
 /// The ids that end generation, llama.cpp's way: the EOS, EOT and EOM ids the file names, then

@@ -11,6 +11,9 @@
 //! - states: unified `kv_cache [2·N·Hkv, 1, Dp, context]` (rows of layer j: K at
 //!   `2j·Hkv + g`, V at `(2j+1)·Hkv + g`), or split `k_cache`, `v_cache [N·Hkv, 1, Dp, context]`
 //!   (rows `j·Hkv + g`); fp16; rows `D..Dp` are padding, never written or read;
+//! - Gemma (sliding-window layers with their own RoPE base): also `cos_local`, `sin_local` and
+//!   `mask_local` (the same shapes; the mask also hides what left the window), which its sliding
+//!   layers read instead of `cos`, `sin`, `mask`;
 //! - output: `hidden_states_out [1, hidden, 1, T]`.
 //!
 //! The states are read once at the start and written once at the end of each function.
@@ -24,7 +27,7 @@
 //! softmax by tens of percent. Centered, the same scores stay under ≈ 30.
 
 use anemone_checkpoint::DecoderConfig;
-use anemone_mil::{DType, FunctionBuilder, Program, SpecVersion, TensorType, Var};
+use anemone_mil::{DType, FunctionBuilder, GeluMode, Program, SpecVersion, TensorType, Var};
 
 use super::io::rope_tables;
 use super::norm::rms_norm;
@@ -39,6 +42,9 @@ pub mod names {
     pub const COS: &str = "cos";
     pub const SIN: &str = "sin";
     pub const MASK: &str = "mask";
+    pub const COS_LOCAL: &str = "cos_local";
+    pub const SIN_LOCAL: &str = "sin_local";
+    pub const MASK_LOCAL: &str = "mask_local";
     pub const POSITION: &str = "position";
     pub const HIDDEN_OUT: &str = "hidden_states_out";
     pub const KV_CACHE: &str = "kv_cache";
@@ -78,40 +84,63 @@ pub fn chunk_signature(
 ) -> FunctionSignature {
     let dt = options.precision.dtype();
     let (h, d, ctx) = (config.hidden_size, config.head_dim, options.context);
-    FunctionSignature {
-        name: name.to_string(),
-        inputs: vec![
+    let mut inputs = vec![
+        TensorSignature::new(
+            names::HIDDEN_IN,
+            dt,
+            vec![1, h, 1, t],
+            "residual stream entering the chunk",
+        ),
+        TensorSignature::new(
+            names::COS,
+            dt,
+            vec![1, 1, d, t],
+            "rotate-half cos table: cos(position · inv_freq[i mod head_dim/2])",
+        ),
+        TensorSignature::new(
+            names::SIN,
+            dt,
+            vec![1, 1, d, t],
+            "rotate-half sin table: sin(position · inv_freq[i mod head_dim/2])",
+        ),
+        TensorSignature::new(
+            names::MASK,
+            dt,
+            vec![1, 1, t, ctx],
+            "additive attention mask over the KV slots: 0 visible, -1e4 hidden",
+        ),
+        TensorSignature::new(
+            names::POSITION,
+            DType::I32,
+            vec![1],
+            "KV slot of the first token; position + T <= context",
+        ),
+    ];
+    if config.gemma.is_some() {
+        inputs.extend([
             TensorSignature::new(
-                names::HIDDEN_IN,
-                dt,
-                vec![1, h, 1, t],
-                "residual stream entering the chunk",
-            ),
-            TensorSignature::new(
-                names::COS,
+                names::COS_LOCAL,
                 dt,
                 vec![1, 1, d, t],
-                "rotate-half cos table: cos(position · inv_freq[i mod head_dim/2])",
+                "cos table of the sliding layers' RoPE base",
             ),
             TensorSignature::new(
-                names::SIN,
+                names::SIN_LOCAL,
                 dt,
                 vec![1, 1, d, t],
-                "rotate-half sin table: sin(position · inv_freq[i mod head_dim/2])",
+                "sin table of the sliding layers' RoPE base",
             ),
             TensorSignature::new(
-                names::MASK,
+                names::MASK_LOCAL,
                 dt,
                 vec![1, 1, t, ctx],
-                "additive attention mask over the KV slots: 0 visible, -1e4 hidden",
+                "additive mask of the sliding layers: also -1e4 on slots outside the window",
             ),
-            TensorSignature::new(
-                names::POSITION,
-                DType::I32,
-                vec![1],
-                "KV slot of the first token; position + T <= context",
-            ),
-        ],
+        ]);
+    }
+    FunctionSignature {
+        name: name.to_string(),
+        inputs,
         outputs: vec![TensorSignature::new(
             names::HIDDEN_OUT,
             dt,
@@ -242,12 +271,28 @@ pub fn build_chunk_function(
         position,
         t,
     };
+    // Gemma's sliding layers: the local RoPE tables and the windowed mask
+    let local_rope = (inputs.len() > 5).then(|| Rope {
+        cos: inputs[5],
+        sin: inputs[6],
+        half: config.head_dim / 2,
+    });
+    let local_io = local_rope.as_ref().map(|rope| LayerIo {
+        rope,
+        mask: inputs[7],
+        position,
+        t,
+    });
     let mut hidden = x;
     for (local, layer) in layers.iter().enumerate() {
         // the last layer's residual add is the function output and carries its name
         let out_name = (local + 1 == layers.len()).then_some(names::HIDDEN_OUT);
+        let layer_io = match (config.sliding_window(layer.index), &local_io) {
+            (Some(_), Some(local_io)) => local_io,
+            _ => &io,
+        };
         hidden = decoder_layer(
-            &mut f, config, options, layer, local, hidden, &io, &mut kv, out_name,
+            &mut f, config, options, layer, local, hidden, layer_io, &mut kv, out_name,
         )?;
     }
     for (i, s) in states.iter().enumerate() {
@@ -307,6 +352,8 @@ fn decoder_layer(
     } = *io;
     let p = format!("l{}", w.index);
     let eps = config.rms_norm_eps as f32;
+    // the norms reading the residual stream (scaled with it, see GemmaConfig::residual_scale)
+    let residual_eps = config.residual_norm_eps() as f32;
     let dtype = options.precision.dtype();
     let (hq, hkv, d) = (
         config.num_attention_heads,
@@ -322,7 +369,7 @@ fn decoder_layer(
         x,
         1,
         &w.input_norm,
-        eps,
+        residual_eps,
         options.norm,
     )?;
     let (qb, kb, vb) = match &w.qkv_bias {
@@ -357,7 +404,7 @@ fn decoder_layer(
         )?;
         k = f.sub(&format!("{p}_k_centered"), k, center)?;
     }
-    let scale = f.scalar(&format!("{p}_attn_scale"), dtype, 1.0 / (d as f32).sqrt())?;
+    let scale = f.scalar(&format!("{p}_attn_scale"), dtype, config.attention_scale())?;
     let q = f.mul(&format!("{p}_q_scaled"), q, scale)?;
 
     // write K and V of the new tokens into the state value at `position`
@@ -428,17 +475,28 @@ fn decoder_layer(
         Some(b) => Some(f.constant(&format!("{p}_o_proj_bias"), b.clone())?),
         None => None,
     };
-    let o = f.conv1x1(&format!("{p}_o_proj"), attn, wo, ob)?;
+    let mut o = f.conv1x1(&format!("{p}_o_proj"), attn, wo, ob)?;
+    if let Some((post_attention, _)) = &w.output_norms {
+        o = rms_norm(
+            f,
+            &format!("{p}_attn_out_norm"),
+            o,
+            1,
+            post_attention,
+            eps,
+            options.norm,
+        )?;
+    }
     let x = f.add(&format!("{p}_attn_residual"), x, o)?;
 
-    // SwiGLU MLP
+    // SwiGLU MLP (Gemma: GeGLU with tanh GELU)
     let h = rms_norm(
         f,
         &format!("{p}_post_attention_norm"),
         x,
         1,
         &w.post_attention_norm,
-        eps,
+        residual_eps,
         options.norm,
     )?;
     let wg = w.gate_proj.emit(f, &format!("{p}_gate_proj_weight"))?;
@@ -446,9 +504,24 @@ fn decoder_layer(
     let wd = w.down_proj.emit(f, &format!("{p}_down_proj_weight"))?;
     let gate = f.conv1x1(&format!("{p}_gate_proj"), h, wg, None)?;
     let up = f.conv1x1(&format!("{p}_up_proj"), h, wu, None)?;
-    let act = f.silu(&format!("{p}_gate_act"), gate)?;
+    let act = if config.gemma.is_some() {
+        f.gelu(&format!("{p}_gate_act"), gate, GeluMode::TanhApproximation)?
+    } else {
+        f.silu(&format!("{p}_gate_act"), gate)?
+    };
     let prod = f.mul(&format!("{p}_swiglu"), act, up)?;
-    let down = f.conv1x1(&format!("{p}_down_proj"), prod, wd, None)?;
+    let mut down = f.conv1x1(&format!("{p}_down_proj"), prod, wd, None)?;
+    if let Some((_, post_feedforward)) = &w.output_norms {
+        down = rms_norm(
+            f,
+            &format!("{p}_mlp_out_norm"),
+            down,
+            1,
+            post_feedforward,
+            eps,
+            options.norm,
+        )?;
+    }
     let residual_name = format!("{p}_mlp_residual");
     Ok(f.add(out_name.unwrap_or(&residual_name), x, down)?)
 }
@@ -519,6 +592,7 @@ mod tests {
             long_rope: None,
             bos_token_id: None,
             eos_token_ids: vec![],
+            gemma: None,
         }
     }
 

@@ -56,7 +56,7 @@ pub fn build_lm_head_program(
         x,
         1,
         &norm,
-        c.rms_norm_eps as f32,
+        c.residual_norm_eps() as f32,
         options.norm,
     )?;
     for (i, (first, len)) in vocab_slices(vocab).into_iter().enumerate() {

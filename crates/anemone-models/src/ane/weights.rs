@@ -123,7 +123,10 @@ pub struct LayerWeights {
     pub index: usize,
     /// `[hidden]` each.
     pub input_norm: TensorData,
+    /// The norm before the MLP (Gemma's `pre_feedforward_layernorm`).
     pub post_attention_norm: TensorData,
+    /// Gemma's norms of the attention and MLP outputs, times the residual scale.
+    pub output_norms: Option<(TensorData, TensorData)>,
     pub q_proj: PreparedWeight,
     pub k_proj: PreparedWeight,
     pub v_proj: PreparedWeight,
@@ -201,10 +204,30 @@ impl LayerWeights {
         } else {
             None
         };
+        let (mlp_norm, output_norms) = match &c.gemma {
+            Some(g) => {
+                let scaled = |tensor: String| -> Result<TensorData, AneError> {
+                    let mut values = load_checked(checkpoint, &tensor, &[h])?;
+                    values
+                        .iter_mut()
+                        .for_each(|v| *v = (*v as f64 * g.residual_scale) as f32);
+                    dense(vec![h], &values, precision)
+                };
+                (
+                    vector(name("pre_feedforward_layernorm.weight"), h)?,
+                    Some((
+                        scaled(name("post_attention_layernorm.weight"))?,
+                        scaled(name("post_feedforward_layernorm.weight"))?,
+                    )),
+                )
+            }
+            None => (vector(name("post_attention_layernorm.weight"), h)?, None),
+        };
         Ok(LayerWeights {
             index,
             input_norm: vector(name("input_layernorm.weight"), h)?,
-            post_attention_norm: vector(name("post_attention_layernorm.weight"), h)?,
+            post_attention_norm: mlp_norm,
+            output_norms,
             q_proj: projection(name("self_attn.q_proj.weight"), q, h)?,
             k_proj: projection(name("self_attn.k_proj.weight"), kv, h)?,
             v_proj: projection(name("self_attn.v_proj.weight"), kv, h)?,
@@ -283,6 +306,9 @@ pub fn layer_weight_bytes(c: &anemone_checkpoint::DecoderConfig, precision: Prec
     }
     if c.qk_norm {
         params += 2 * d;
+    }
+    if c.gemma.is_some() {
+        params += 2 * h;
     }
     params * precision.bytes_per_weight()
 }

@@ -13,6 +13,7 @@
 
 pub mod bert;
 pub mod decoder;
+pub mod gemma3;
 mod llama;
 pub mod modernbert;
 mod phi3;
@@ -20,6 +21,7 @@ mod qwen2;
 mod qwen3;
 
 pub use bert::Bert;
+pub use gemma3::GEMMA3;
 pub use llama::LLAMA;
 pub use modernbert::ModernBert;
 pub use phi3::PHI3;
@@ -34,7 +36,7 @@ use anemone_checkpoint::hf::{self, JsonFields};
 use anemone_checkpoint::{Checkpoint, CheckpointError, DecoderConfig, Result, TensorStore};
 
 /// Every family anemone knows, in the order error messages list them.
-pub static FAMILIES: &[&dyn Family] = &[&LLAMA, &QWEN2, &QWEN3, &PHI3];
+pub static FAMILIES: &[&dyn Family] = &[&LLAMA, &QWEN2, &QWEN3, &PHI3, &GEMMA3];
 
 /// Every encoder family anemone knows (bidirectional, no cache, embeddings and classifier heads).
 pub static ENCODER_FAMILIES: &[&dyn EncoderFamily] = &[&Bert, &ModernBert];
@@ -182,6 +184,12 @@ pub trait Family: Sync {
     ) -> Result<Box<dyn TensorStore>> {
         Ok(store)
     }
+
+    /// The checkpoint of a Hugging Face directory as the shared blocks read it (Gemma reads its
+    /// `(1 + w)` norm weights as the multiplier); unchanged for most families.
+    fn adapt_hf_checkpoint(&self, checkpoint: Checkpoint) -> Checkpoint {
+        checkpoint
+    }
 }
 
 fn unknown(arch: &str, known: impl Iterator<Item = &'static str>) -> CheckpointError {
@@ -288,6 +296,7 @@ fn open_hf_dir(path: &Path) -> Result<Checkpoint> {
         Box::new(anemone_checkpoint::MemoryStore::new()),
     );
     checkpoint.tensors = family.adapt_hf_tensors(raw, &checkpoint.config)?;
+    let checkpoint = family.adapt_hf_checkpoint(checkpoint);
     validate_checkpoint(&checkpoint)?;
     tracing::debug!(dir = %path.display(), config = ?checkpoint.config, "opened Hugging Face checkpoint");
     Ok(checkpoint)
@@ -347,7 +356,7 @@ mod tests {
         match by_hf_model_type("t5") {
             Err(CheckpointError::UnknownArchitecture { arch, known }) => {
                 assert_eq!(arch, "t5");
-                assert_eq!(known, "llama, qwen2, qwen3, phi3");
+                assert_eq!(known, "llama, qwen2, qwen3, phi3, gemma3_text");
             }
             other => panic!(
                 "expected UnknownArchitecture, got {:?}",
@@ -357,7 +366,7 @@ mod tests {
         let err = by_gguf_architecture("mamba").map(|f| f.name()).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "unsupported architecture `mamba` (supported: llama, qwen2, qwen3, phi3)"
+            "unsupported architecture `mamba` (supported: llama, qwen2, qwen3, phi3, gemma3)"
         );
     }
 }

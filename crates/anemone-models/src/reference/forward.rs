@@ -1,13 +1,15 @@
 //! One forward pass over new tokens: embeddings, then per layer
 //! `x += o_proj(attention(rope(q), rope(k), v))` and `x += down(silu(gate) · up)` on RMS-normed
-//! inputs, then the final norm and the LM head.
+//! inputs, then the final norm and the LM head. Gemma (`config.gemma`) scales the embedding,
+//! norms each block's output before adding it, uses a tanh-GELU gate and per-layer windows and
+//! RoPE bases.
 
 use super::cache::KvCache;
-use super::kernels::{axpy, dot, matmul_t, rms_norm_into, rms_norm_rows, silu, softmax};
-use super::rope::Rope;
+use super::kernels::{axpy, dot, gelu_tanh, matmul_t, rms_norm_into, rms_norm_rows, silu, softmax};
+use super::rope::{Rope, Ropes};
 use super::weights::{LayerWeights, Weights};
 use super::LogitsFor;
-use crate::attention::visible_slots;
+use crate::attention::{first_visible_slot, visible_slots};
 use anemone_checkpoint::DecoderConfig;
 use rayon::prelude::*;
 
@@ -25,7 +27,7 @@ pub struct Trace {
 pub fn run(
     config: &DecoderConfig,
     weights: &Weights,
-    rope: &Rope,
+    rope: &Ropes,
     cache: &mut KvCache,
     ids: &[u32],
     which: LogitsFor,
@@ -41,14 +43,25 @@ pub fn run(
         let row = id as usize * h;
         x.extend_from_slice(&weights.embed_tokens[row..row + h]);
     }
+    let embedding_scale = config.embedding_scale();
+    if embedding_scale != 1.0 {
+        x.iter_mut().for_each(|v| *v *= embedding_scale);
+    }
     if let Some(t) = trace.as_deref_mut() {
         t.push(x.clone());
     }
 
-    let angles: Vec<(Vec<f32>, Vec<f32>)> =
-        (0..s).map(|i| rope.cos_sin(first_position + i)).collect();
+    let angles_of = |r: &Rope| -> Vec<(Vec<f32>, Vec<f32>)> {
+        (0..s).map(|i| r.cos_sin(first_position + i)).collect()
+    };
+    let angles = angles_of(rope.global());
+    let local_angles = rope.local().map(angles_of);
     for (index, layer) in weights.layers.iter().enumerate() {
-        attention_block(config, layer, index, cache, &angles, &mut x, eps);
+        let layer_angles = match (config.sliding_window(index), &local_angles) {
+            (Some(_), Some(local)) => local,
+            _ => &angles,
+        };
+        attention_block(config, layer, index, cache, layer_angles, &mut x, eps);
         mlp_block(config, layer, &mut x, eps);
         if let Some(t) = trace.as_deref_mut() {
             t.push(x.clone());
@@ -57,6 +70,7 @@ pub fn run(
     cache.commit(s);
 
     let vocab = config.vocab_size;
+    let eps = config.residual_norm_eps() as f32;
     match which {
         LogitsFor::LastPosition => {
             let mut last = vec![0f32; h];
@@ -89,7 +103,12 @@ fn attention_block(
     let s = angles.len();
 
     let mut normed = vec![0f32; s * h];
-    rms_norm_into(x, &layer.input_norm, eps, &mut normed);
+    rms_norm_into(
+        x,
+        &layer.input_norm,
+        config.residual_norm_eps() as f32,
+        &mut normed,
+    );
     let mut qkv = vec![0f32; s * qkv_dim];
     matmul_t(&normed, &layer.qkv, &mut qkv, s, h, qkv_dim);
 
@@ -117,11 +136,12 @@ fn attention_block(
     let heads = config.num_attention_heads;
     let group = config.gqa_group();
     let first_position = cache.len();
-    let scale = 1.0 / (d as f32).sqrt();
+    let scale = config.attention_scale();
+    let window = config.sliding_window(layer_index);
     let (keys, values) = cache.layer(layer_index);
     let mut attended = vec![0f32; s * q_dim];
     // One task per (new position, query head); position `first_position + row` attends to every
-    // cached position up to and including itself.
+    // cached position up to and including itself (within its window, if the layer slides).
     attended
         .par_chunks_mut(d)
         .enumerate()
@@ -130,14 +150,15 @@ fn attention_block(
             let kv_offset = (head / group) * d;
             let query = &q[row * q_dim + head * d..row * q_dim + (head + 1) * d];
             let visible = visible_slots(first_position, row);
-            let mut scores: Vec<f32> = (0..visible)
+            let start = first_visible_slot(first_position, row, window);
+            let mut scores: Vec<f32> = (start..visible)
                 .map(|t| {
                     let key = &keys[t * kv_dim + kv_offset..t * kv_dim + kv_offset + d];
                     dot(query, key) * scale
                 })
                 .collect();
             softmax(&mut scores);
-            for (t, p) in scores.iter().enumerate() {
+            for (t, p) in (start..visible).zip(&scores) {
                 let value = &values[t * kv_dim + kv_offset..t * kv_dim + kv_offset + d];
                 axpy(*p, value, out);
             }
@@ -150,6 +171,9 @@ fn attention_block(
             axpy(1.0, bias, row);
         }
     }
+    if let Some((post_attention, _)) = &layer.output_norms {
+        rms_norm_rows(&mut projected, post_attention, eps);
+    }
     axpy(1.0, &projected, x);
 }
 
@@ -157,7 +181,17 @@ fn mlp_block(config: &DecoderConfig, layer: &LayerWeights, x: &mut [f32], eps: f
     let (h, inter) = (config.hidden_size, config.intermediate_size);
     let s = x.len() / h;
     let mut normed = vec![0f32; s * h];
-    rms_norm_into(x, &layer.post_attention_norm, eps, &mut normed);
+    rms_norm_into(
+        x,
+        &layer.post_attention_norm,
+        config.residual_norm_eps() as f32,
+        &mut normed,
+    );
+    let act_fn: fn(f32) -> f32 = if config.gemma.is_some() {
+        gelu_tanh
+    } else {
+        silu
+    };
     let mut gate_up = vec![0f32; s * 2 * inter];
     matmul_t(&normed, &layer.gate_up, &mut gate_up, s, h, 2 * inter);
     let mut act = vec![0f32; s * inter];
@@ -167,10 +201,13 @@ fn mlp_block(config: &DecoderConfig, layer: &LayerWeights, x: &mut [f32], eps: f
     {
         let (gate, up) = gu.split_at(inter);
         for ((o, g), u) in out.iter_mut().zip(gate).zip(up) {
-            *o = silu(*g) * u;
+            *o = act_fn(*g) * u;
         }
     }
     let mut down = vec![0f32; s * h];
     matmul_t(&act, &layer.down, &mut down, s, inter, h);
+    if let Some((_, post_feedforward)) = &layer.output_norms {
+        rms_norm_rows(&mut down, post_feedforward, eps);
+    }
     axpy(1.0, &down, x);
 }

@@ -382,6 +382,12 @@ pub fn rms_norm_into(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
 }
 
 #[inline]
+/// GELU with the tanh approximation (PyTorch `gelu(approximate="tanh")`, Gemma's activation).
+pub fn gelu_tanh(v: f32) -> f32 {
+    let k = (2.0 / std::f32::consts::PI).sqrt();
+    0.5 * v * (1.0 + (k * (v + 0.044715 * v * v * v)).tanh())
+}
+
 pub fn silu(v: f32) -> f32 {
     v / (1.0 + (-v).exp())
 }

@@ -73,7 +73,7 @@ pub struct ReferenceModel {
     config: DecoderConfig,
     weights: std::sync::Arc<weights::Weights>,
     cache: cache::KvCache,
-    rope: rope::Rope,
+    rope: rope::Ropes,
     context_len: usize,
     pool: std::sync::Arc<rayon::ThreadPool>,
 }
@@ -131,7 +131,7 @@ impl ReferenceModel {
         );
         Ok(Self {
             cache: cache::KvCache::new(config.num_hidden_layers, config.kv_dim()),
-            rope: rope::Rope::new(&config),
+            rope: rope::Ropes::new(&config),
             config,
             weights: std::sync::Arc::new(weights),
             context_len,
@@ -146,7 +146,7 @@ impl ReferenceModel {
             config: self.config.clone(),
             weights: std::sync::Arc::clone(&self.weights),
             cache: cache::KvCache::new(self.config.num_hidden_layers, self.config.kv_dim()),
-            rope: rope::Rope::new(&self.config),
+            rope: rope::Ropes::new(&self.config),
             context_len: self.context_len,
             pool: std::sync::Arc::clone(&self.pool),
         }

@@ -2,6 +2,33 @@
 //! frequency `i` is `(x[i], x[i + r/2])` over the first `r` (rotary) dimensions of a head, not
 //! adjacent elements; dimensions past `r` pass through (partial rotation, Phi-3).
 
+/// The RoPE of every layer: one for all, or Gemma's global and local (sliding) bases.
+pub struct Ropes {
+    global: Rope,
+    local: Option<Rope>,
+}
+
+impl Ropes {
+    pub fn new(config: &anemone_checkpoint::DecoderConfig) -> Self {
+        Self {
+            global: Rope::new(config),
+            local: config
+                .gemma
+                .as_ref()
+                .map(|g| Rope::plain(config.head_dim, g.rope_local_theta)),
+        }
+    }
+
+    pub fn global(&self) -> &Rope {
+        &self.global
+    }
+
+    /// The local base's RoPE (Gemma's sliding layers), if the model has one.
+    pub fn local(&self) -> Option<&Rope> {
+        self.local.as_ref()
+    }
+}
+
 /// Inverse frequencies (`crate::rope::inv_freq`: plain or LongRoPE) and the factor cos and sin
 /// are multiplied by, computed in f32 like transformers.
 pub struct Rope {

@@ -10,7 +10,11 @@ use anemone_checkpoint::{Checkpoint, DecoderConfig};
 
 pub struct LayerWeights {
     pub input_norm: Vec<f32>,
+    /// The norm before the MLP (`post_attention_layernorm`; Gemma's `pre_feedforward_layernorm`).
     pub post_attention_norm: Vec<f32>,
+    /// Gemma's norms of the attention and MLP outputs (`post_attention_layernorm`,
+    /// `post_feedforward_layernorm`), applied before each is added to the residual stream.
+    pub output_norms: Option<(Vec<f32>, Vec<f32>)>,
     /// `[q_dim + 2·kv_dim, hidden]`.
     pub qkv: Vec<f32>,
     /// `[q_dim + 2·kv_dim]` when the architecture has attention biases.
@@ -81,11 +85,32 @@ impl Weights {
             } else {
                 None
             };
+            let (mlp_norm, output_norms) = match &config.gemma {
+                Some(g) => {
+                    // the block outputs join the residual stream at its scale
+                    let scaled = |tensor: String| -> Result<Vec<f32>, ForwardError> {
+                        let mut values = load(tensor, &[h])?;
+                        values
+                            .iter_mut()
+                            .for_each(|v| *v = (*v as f64 * g.residual_scale) as f32);
+                        Ok(values)
+                    };
+                    (
+                        load(name("pre_feedforward_layernorm.weight"), &[h])?,
+                        Some((
+                            scaled(name("post_attention_layernorm.weight"))?,
+                            scaled(name("post_feedforward_layernorm.weight"))?,
+                        )),
+                    )
+                }
+                None => (load(name("post_attention_layernorm.weight"), &[h])?, None),
+            };
             let mut gate_up = load(name("mlp.gate_proj.weight"), &[inter, h])?;
             gate_up.extend(load(name("mlp.up_proj.weight"), &[inter, h])?);
             layers.push(LayerWeights {
                 input_norm: load(name("input_layernorm.weight"), &[h])?,
-                post_attention_norm: load(name("post_attention_layernorm.weight"), &[h])?,
+                post_attention_norm: mlp_norm,
+                output_norms,
                 qkv,
                 qkv_bias,
                 qk_norm,

@@ -358,6 +358,14 @@ pub fn run_gate<B: Backend>(
         .collect();
     let mut steps = Vec::with_capacity(total);
     let mut prompt_reports = Vec::with_capacity(prompts.len());
+    // a bundle may carry its residual stream scaled (Gemma in fp16): compare in the
+    // reference's units, report the graph's own magnitudes
+    let unscale = pipeline
+        .manifest()
+        .config
+        .gemma
+        .as_ref()
+        .map_or(1.0, |g| (1.0 / g.residual_scale) as f32);
     let mut session = pipeline.session()?;
     let mut done = 0;
     for (pi, (p, &n_steps)) in prompts.iter().zip(&plan).enumerate() {
@@ -382,7 +390,14 @@ pub fn run_gate<B: Backend>(
                     }
                 }
                 for t in 0..n {
-                    let (g, w) = (&got[t * h..(t + 1) * h], &want[t * h..(t + 1) * h]);
+                    let (raw, w) = (&got[t * h..(t + 1) * h], &want[t * h..(t + 1) * h]);
+                    let unscaled: Vec<f32>;
+                    let g = if unscale == 1.0 {
+                        raw
+                    } else {
+                        unscaled = raw.iter().map(|v| v * unscale).collect();
+                        &unscaled
+                    };
                     let cos = metrics::cosine(g, w);
                     // NaN (non-finite output) counts as the worst possible
                     let cos_key = if cos.is_nan() { -2.0 } else { cos };
@@ -392,7 +407,7 @@ pub fn run_gate<B: Backend>(
                     }
                     a.sum_cosine += cos_key;
                     a.max_abs_error = a.max_abs_error.max(metrics::max_abs_error(g, w).1);
-                    a.max_abs_activation = a.max_abs_activation.max(metrics::max_abs(g));
+                    a.max_abs_activation = a.max_abs_activation.max(metrics::max_abs(raw));
                     a.reference_max_abs = a.reference_max_abs.max(metrics::max_abs(w));
                     a.tokens += 1;
                 }

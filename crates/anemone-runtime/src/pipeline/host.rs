@@ -90,7 +90,7 @@ impl HostWeights {
         Ok(HostWeights {
             hidden: h,
             vocab,
-            eps: c.rms_norm_eps as f32,
+            eps: c.residual_norm_eps() as f32,
             embed,
             final_norm,
             lm_head,

@@ -5,10 +5,7 @@ use std::collections::HashMap;
 
 use anemone_backend::{Backend, Tensor};
 use anemone_mil::DType;
-use anemone_models::ane::{
-    io::{causal_mask, rope_tables},
-    lm_head, names,
-};
+use anemone_models::ane::{io::chunk_inputs, lm_head, names};
 
 use super::{backend_error, Pipeline, PipelineError};
 use crate::error::RuntimeError;
@@ -184,15 +181,12 @@ impl<'p, B: Backend> Session<'p, B> {
         let context = p.context();
         let dtype = p.activation_dtype;
         let mut hidden = vec![0f32; h * t];
+        let embedding_scale = config.embedding_scale();
         for (col, &id) in window.iter().enumerate() {
             for (c, v) in p.host.embedding(id).iter().enumerate() {
-                hidden[c * t + col] = *v;
+                hidden[c * t + col] = *v * embedding_scale;
             }
         }
-        let positions: Vec<usize> = (first..first + t).collect();
-        let (cos, sin) = rope_tables(config, &positions);
-        let mask = causal_mask(context, first, t, p.manifest.conversion.mask_value);
-        let d = config.head_dim;
         let input = |name: &str, dtype: DType, shape: Vec<usize>, data: Vec<f32>| {
             Tensor::new(dtype, shape, data).map_err(|e| PipelineError::Output {
                 package: p.dir.clone(),
@@ -202,18 +196,11 @@ impl<'p, B: Backend> Session<'p, B> {
             })
         };
         let mut inputs: HashMap<String, Tensor> = HashMap::new();
-        inputs.insert(
-            names::COS.into(),
-            input(names::COS, dtype, vec![1, 1, d, t], cos)?,
-        );
-        inputs.insert(
-            names::SIN.into(),
-            input(names::SIN, dtype, vec![1, 1, d, t], sin)?,
-        );
-        inputs.insert(
-            names::MASK.into(),
-            input(names::MASK, dtype, vec![1, 1, t, context], mask)?,
-        );
+        for (name, shape, values) in
+            chunk_inputs(config, context, first, t, p.manifest.conversion.mask_value)
+        {
+            inputs.insert(name.into(), input(name, dtype, shape, values)?);
+        }
         inputs.insert(
             names::POSITION.into(),
             input(names::POSITION, DType::I32, vec![1], vec![first as f32])?,

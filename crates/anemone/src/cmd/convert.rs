@@ -123,6 +123,20 @@ pub fn run(args: ConvertArgs) -> Result<()> {
         checkpoint = anemone_checkpoint::apply_lora(checkpoint, dir)
             .with_context(|| format!("merging LoRA adapter {}", dir.display()))?;
     }
+    if args.precision == Precision::Fp16 {
+        // Gemma's residual stream exceeds fp16: carry it scaled (folded into the weights that
+        // write it; the logits are unchanged in exact arithmetic)
+        if let Some((scale, bound)) = anemone_models::families::gemma3::fp16_residual_scale(
+            &checkpoint,
+        )
+        .with_context(|| format!("sizing the residual stream of {}", args.model.display()))?
+        {
+            tracing::info!(scale, bound, "fp16 residual scale");
+            if let Some(g) = checkpoint.config.gemma.as_mut() {
+                g.residual_scale = scale;
+            }
+        }
+    }
     let sizing = match (args.layers_per_chunk, args.chunk_size_mb) {
         (_, Some(mb)) => ChunkSizing::MaxMegabytes(mb),
         (n, None) => ChunkSizing::LayersPerChunk(n.unwrap_or(1)),

@@ -176,6 +176,7 @@ pub fn parse(
         long_rope: None,
         bos_token_id,
         eos_token_ids,
+        gemma: None,
     })
 }
 
