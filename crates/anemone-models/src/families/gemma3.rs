@@ -158,7 +158,7 @@ impl Family for Gemma3 {
         let rules = HfRules {
             architecture: NAME,
             head_dim: HeadDimDefault::Fixed(DEFAULT_HEAD_DIM),
-            attention_bias: AttentionBias::RefuseField,
+            attention_bias: AttentionBias::Field,
             qk_norm: true,
         };
         let mut config = hf_config::parse(&rest_fields, &rules)?;

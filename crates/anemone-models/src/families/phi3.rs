@@ -256,7 +256,7 @@ fn parse(f: &JsonFields) -> Result<DecoderConfig> {
     let mut config = hf_config::parse(&JsonFields::new(f.path, &rest)?, &rules)?;
 
     let rotary = (config.head_dim as f64 * partial).floor() as usize;
-    if rotary == 0 || rotary % 2 != 0 {
+    if rotary == 0 || !rotary.is_multiple_of(2) {
         return Err(f.bad(
             "partial_rotary_factor",
             format!(
