@@ -300,8 +300,7 @@ impl Encoder {
                     ids: ids.to_vec(),
                     type_ids: vec![0; ids.len()],
                 };
-                let (last, _, _) =
-                    run_bundle(
+                let (last, _, _) = run_bundle(
                     bundle,
                     runner.as_ref(),
                     index,

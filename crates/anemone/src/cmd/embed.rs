@@ -103,7 +103,9 @@ impl EncoderInputArgs {
             );
         }
         let kind = self.backend.unwrap_or_else(BackendKind::for_bundles);
-        let choice = self.coreml.choice(kind, self.precision.into(), self.threads);
+        let choice = self
+            .coreml
+            .choice(kind, self.precision.into(), self.threads);
         let started = std::time::Instant::now();
         let encoder = Encoder::open_on(&self.model, &choice)
             .with_context(|| format!("opening {}", self.model.display()))?;
