@@ -177,6 +177,7 @@ pub fn parse(
         bos_token_id,
         eos_token_ids,
         gemma: None,
+        attention_window: None,
     })
 }
 
