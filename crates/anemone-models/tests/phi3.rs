@@ -108,13 +108,21 @@ fn transformers4_su_layout_reads_the_same() {
 }
 
 #[test]
-fn a_sliding_window_shorter_than_the_model_caps_its_context() {
+fn a_sliding_window_shorter_than_the_model_masks_every_layer() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = copy_fixture("phi3_partial_rotary", tmp.path(), |c| {
         c.insert("sliding_window".into(), json!(96));
     });
     let c = anemone_models::open_checkpoint(&dir).unwrap().config;
-    assert_eq!(c.max_position_embeddings, 96);
+    assert_eq!(c.max_position_embeddings, 256, "the context is not capped");
+    assert_eq!(c.attention_window, Some(96));
+    assert!((0..c.num_hidden_layers).all(|l| c.sliding_window(l) == Some(96)));
+    // a window of the whole context hides nothing: no window
+    let dir = copy_fixture("phi3_longrope", tmp.path(), |c| {
+        c.insert("sliding_window".into(), json!(256));
+    });
+    let c = anemone_models::open_checkpoint(&dir).unwrap().config;
+    assert_eq!(c.attention_window, None);
 }
 
 fn open_err(dir: &Path) -> CheckpointError {

@@ -1,6 +1,7 @@
 //! Sliding-window layers in ring-buffer KV states (`anemone_models::ane::kv`): Gemma 3's local
-//! layers keep `window + prefill_len` slots (rounded to 32) instead of the context. Bundles of
-//! the random-init Gemma 3 fixtures (windows 4, context 128, prefill 8: rings of 32 slots) run
+//! layers and every layer of a Phi-3 with `sliding_window` keep `window + prefill_len` slots
+//! (rounded to 32) instead of the context. Bundles of the random-init Gemma 3 and Phi-3 fixtures
+//! (windows 3-4, context 128, prefill 8: rings of 32 slots) run
 //! by the executor in fp32 and fp16 against the fp32 reference (full KV cache, the window as a
 //! mask) on prompts longer than the window and the ring, generating past several wraps, fed
 //! whole and in pieces whose prefill windows would straddle the ring's end.
@@ -120,7 +121,7 @@ fn check_step(what: &str, precision: Precision, got: &[f32], want: &[f32]) {
 }
 
 #[test]
-fn gemma_rings_match_the_reference_past_several_wraps() {
+fn rings_match_the_reference_past_several_wraps() {
     for (fixture, precision, layout, per_chunk) in [
         (
             "gemma3_sliding_gqa2",
@@ -147,6 +148,19 @@ fn gemma_rings_match_the_reference_past_several_wraps() {
             2,
         ),
         ("gemma3_mqa_untied", Precision::Fp16, StateLayout::Split, 1),
+        // every layer slides: the ordinary states are rings
+        (
+            "phi3_sliding_window",
+            Precision::Fp32,
+            StateLayout::Split,
+            1,
+        ),
+        (
+            "phi3_sliding_window",
+            Precision::Fp16,
+            StateLayout::Unified,
+            2,
+        ),
     ] {
         let what = format!("{fixture} {precision:?} {layout:?} x{per_chunk}");
         let (_tmp, out) = convert(fixture, precision, layout, per_chunk);
@@ -161,7 +175,8 @@ fn gemma_rings_match_the_reference_past_several_wraps() {
         // the sliding layers' states hold the ring, the global layers' the context
         for chunk in &m.chunks {
             for state in &chunk.functions[0].states {
-                let want = if state.name.ends_with("_local") {
+                let want = if state.name.ends_with("_local") || m.config.attention_window.is_some()
+                {
                     RING
                 } else {
                     CONTEXT
@@ -310,4 +325,69 @@ fn a_ring_smaller_than_window_plus_prefill_is_refused() {
     )
     .unwrap_err();
     assert!(err.to_string().contains("local_kv_slots 8"), "{err}");
+}
+
+/// coremltools accepts ring-state packages: Gemma chunks mixing global and local layers in both
+/// state layouts, and a Phi-3 whose every layer slides.
+#[test]
+fn ring_packages_validate() {
+    let mut bundles = Vec::new();
+    for (fixture, layout, per_chunk) in [
+        ("gemma3_sliding_gqa2", StateLayout::Unified, 3),
+        ("gemma3_mqa_untied", StateLayout::Split, 2),
+        ("phi3_sliding_window", StateLayout::Split, 2),
+    ] {
+        let (tmp, out) = convert(fixture, Precision::Fp16, layout, per_chunk);
+        let m = anemone_models::bundle::read_manifest(&out).unwrap();
+        assert_eq!(m.conversion.local_kv_slots, Some(RING), "{fixture}");
+        bundles.push((tmp, out, m));
+    }
+    let packages: Vec<std::path::PathBuf> = bundles
+        .iter()
+        .flat_map(|(_, out, m)| m.chunks.iter().map(move |c| out.join(&c.path)))
+        .collect();
+    let refs: Vec<&std::path::Path> = packages.iter().map(|p| p.as_path()).collect();
+    anemone_testkit::validate_package(&refs);
+}
+
+/// Phi-3 with `sliding_window` 3 on every layer (`tools/oracle/make_fixtures.py`), converted
+/// with context 64 and prefill 4: every layer keeps a ring of 32 slots, reached through the
+/// ordinary `mask`, `position` and states. Against transformers: greedy ids equal, logits of
+/// every step within 1e-3.
+#[test]
+fn phi3_ring_bundle_matches_transformers() {
+    let f = anemone_testkit::oracle::oracle_fixture("phi3_sliding_window");
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("bundle");
+    let mut options = small_options(ChunkOptions {
+        context: 64,
+        prefill_len: 4,
+        precision: Precision::Fp32,
+        ..ChunkOptions::default()
+    });
+    options.sizing = ChunkSizing::LayersPerChunk(2);
+    convert_to(&f.dir, &out, &options);
+    let pipeline = Pipeline::open(
+        &out,
+        ExecutorBackend::new(Precision::Fp32),
+        &PipelineOptions::default(),
+    )
+    .unwrap();
+    let m = pipeline.manifest();
+    assert_eq!(m.config.attention_window, Some(3));
+    assert_eq!(m.conversion.local_kv_slots, Some(RING));
+    let states = &m.chunks[0].functions[0].states;
+    assert_eq!(states.len(), 1, "{states:?}");
+    assert!(states.iter().all(|s| s.shape[3] == RING), "{states:?}");
+
+    let mut session = pipeline.session().unwrap();
+    let options = GenerationOptions {
+        max_tokens: f.greedy_ids.len(),
+        capture_logits: true,
+        ..GenerationOptions::default()
+    };
+    let g = generate(&mut session, &f.prompt_ids, &options, &mut |_| Ok(())).unwrap();
+    assert_eq!(g.generated_ids, f.greedy_ids, "greedy ids");
+    let logits = anemone_runtime::npy::read_f32(&f.logits_path()).unwrap();
+    assert_close("logits", &g.logits, &logits.data, FP32_TOLERANCE);
 }

@@ -5,8 +5,9 @@
 //! `longrope`, or `su` / `yarn`, which transformers' Phi3Config maps to `longrope`).
 //!
 //! Every `config.json` key is either implemented, known to leave the math alone, or refused by
-//! name. `sliding_window` is not implemented as a mask: a window at least as long as the context
-//! changes nothing, so the model's maximum context is capped at the window (logged).
+//! name. `sliding_window` masks every layer to its last `sliding_window` positions
+//! (`DecoderConfig::attention_window`); converted, the KV states hold a ring of the window plus
+//! the prefill length when that is smaller than the context (`crate::ane::kv`).
 //! GGUF files of this architecture (fused tensors, `rope_factors_*` tensors) are refused.
 
 use anemone_checkpoint::gguf::tokenizer::GgufTokenizer;
@@ -316,19 +317,9 @@ fn parse(f: &JsonFields) -> Result<DecoderConfig> {
         if window == 0 {
             return Err(f.bad("sliding_window", "must be positive"));
         }
-        if window < config.max_position_embeddings {
-            tracing::warn!(
-                path = %f.path.display(),
-                sliding_window = window,
-                max_position_embeddings = config.max_position_embeddings,
-                "phi3: sliding-window attention is not implemented; contexts are capped at the \
-                 window, within which it changes nothing"
-            );
-            config.max_position_embeddings = window;
-            if let Some(long) = &mut config.long_rope {
-                long.use_long = window > long.original_max_position_embeddings;
-            }
-        }
+        // transformers masks `kv_idx > q_idx - sliding_window` on every layer; a window of at
+        // least the maximum context never hides anything
+        config.attention_window = (window < config.max_position_embeddings).then_some(window);
     }
     config.validate()?;
     Ok(config)
