@@ -183,6 +183,8 @@ impl Family for Gemma3 {
             architecture: NAME,
             key_prefix: NAME,
             qk_norm: true,
+            partial_rotary: false,
+            min_tensors_per_layer: gguf_config::MIN_TENSORS_PER_LAYER,
         };
         let mut config = gguf_config::parse(file, &rules, tokenizer)?;
         let meta = &file.metadata;
