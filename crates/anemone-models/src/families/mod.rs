@@ -14,6 +14,7 @@
 pub mod bert;
 pub mod decoder;
 pub mod gemma3;
+mod gemma3_multimodal;
 mod llama;
 pub mod modernbert;
 mod phi3;
@@ -367,7 +368,7 @@ mod tests {
         match by_hf_model_type("t5") {
             Err(CheckpointError::UnknownArchitecture { arch, known }) => {
                 assert_eq!(arch, "t5");
-                assert_eq!(known, "llama, qwen2, qwen3, phi3, gemma3_text");
+                assert_eq!(known, "llama, qwen2, qwen3, phi3, gemma3_text, gemma3");
             }
             other => panic!(
                 "expected UnknownArchitecture, got {:?}",
