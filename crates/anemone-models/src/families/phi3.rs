@@ -15,6 +15,7 @@
 use anemone_checkpoint::gguf::tokenizer::GgufTokenizer;
 use anemone_checkpoint::gguf::{GgufFile, RowPermutation, TensorDesc};
 use anemone_checkpoint::hf::JsonFields;
+use anemone_checkpoint::store::FusedModule;
 use anemone_checkpoint::{
     CheckpointError, DecoderConfig, LongRope, Result, TensorInfo, TensorStore,
 };
@@ -481,6 +482,51 @@ impl FusedSplit {
 }
 
 impl TensorStore for FusedSplit {
+    fn fused_modules(&self) -> Vec<FusedModule> {
+        let h = self.config.hidden_size;
+        self.base
+            .names()
+            .into_iter()
+            .filter_map(|name| {
+                let prefix = name
+                    .strip_suffix("self_attn.qkv_proj.weight")
+                    .map(|p| {
+                        (
+                            p,
+                            "self_attn.qkv_proj",
+                            ["q_proj", "k_proj", "v_proj"].as_slice(),
+                            "self_attn",
+                        )
+                    })
+                    .or_else(|| {
+                        name.strip_suffix("mlp.gate_up_proj.weight").map(|p| {
+                            (
+                                p,
+                                "mlp.gate_up_proj",
+                                ["gate_proj", "up_proj"].as_slice(),
+                                "mlp",
+                            )
+                        })
+                    })?;
+                let (prefix, fused, parts, block) = prefix;
+                let parts: Vec<(String, std::ops::Range<usize>)> = parts
+                    .iter()
+                    .map(|part| {
+                        let split = format!("{prefix}{block}.{part}.weight");
+                        let (_, rows) = source(&split, &self.config)?;
+                        Some((format!("{prefix}{block}.{part}"), rows))
+                    })
+                    .collect::<Option<_>>()?;
+                let rows = parts.last()?.1.end;
+                Some(FusedModule {
+                    module: format!("{prefix}{fused}"),
+                    shape: vec![rows, h],
+                    parts,
+                })
+            })
+            .collect()
+    }
+
     fn names(&self) -> Vec<String> {
         let mut names = Vec::new();
         for name in self.base.names() {
