@@ -4,7 +4,6 @@
 //! and projector not read, unknown top-level keys refused by name. (Its numerics against
 //! transformers run with the other oracle fixtures: `oracle.rs`, the pipeline tests.)
 
-use anemone_checkpoint::TensorStore;
 use anemone_testkit::oracle_dir;
 use serde_json::{json, Value};
 

@@ -236,7 +236,6 @@ fn llama_cpp_gguf_reads_as_the_hugging_face_checkpoint() {
     assert_eq!(gl.original_max_position_embeddings, 4);
     assert!((gl.attention_factor - hl.attention_factor).abs() < 1e-6);
     assert_eq!(g.attention_window, None, "sliding_window 0: none");
-    use anemone_checkpoint::TensorStore;
     for (name, _) in anemone_models::families::expected_tensors(h).unwrap() {
         assert_eq!(
             gguf.tensors.info(&name).unwrap().shape,
