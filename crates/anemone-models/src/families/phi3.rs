@@ -235,7 +235,9 @@ fn gguf_config(file: &GgufFile, tokenizer: Option<&GgufTokenizer>) -> Result<Dec
             })
         }
     }
-    // as the Hugging Face config: a window shorter than the model masks every layer
+    // as the Hugging Face config (transformers masks with it): a window shorter than the model
+    // masks every layer. llama.cpp 0.3.36 reads the key but disables Phi's sliding window, so on
+    // prompts longer than the window the two differ; anemone follows the checkpoint's authors.
     if let Some(window) = meta.opt_usize("phi3.attention.sliding_window")? {
         config.attention_window =
             (window > 0 && window < config.max_position_embeddings).then_some(window);
