@@ -112,9 +112,8 @@ fn one() -> f64 {
 }
 
 /// LongRoPE as transformers computes it: inverse frequency `i` is
-/// `1 / (factor[i] · theta^(2i/rotary_dim))` with the long factors when the sequence may run past
-/// `original_max_position_embeddings`, the short ones otherwise, and cos/sin are multiplied by
-/// `attention_factor`.
+/// `1 / (factor[i] · theta^(2i/rotary_dim))` and cos/sin are multiplied by `attention_factor`.
+/// Both factor sets are kept: which one applies is chosen per forward call ([`RopeFactors`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LongRope {
     pub short_factor: Vec<f64>,
@@ -123,9 +122,34 @@ pub struct LongRope {
     /// Resolved at import (`attention_factor`, else `√(1 + ln(s) / ln(original))` with
     /// `s = max_position_embeddings / original`, 1 when `s ≤ 1`).
     pub attention_factor: f64,
-    /// Which factors apply: chosen by the context a consumer runs with
-    /// ([`DecoderConfig::for_context`]); at import, by `max_position_embeddings`.
-    pub use_long: bool,
+}
+
+/// Which LongRoPE factors rotate the positions of one fed piece. transformers picks them per
+/// forward call by `seq_len = max(position_ids) + 1`: the long ones when it exceeds
+/// `original_max_position_embeddings`. A prompt is one call (its end decides for all of its
+/// positions), each decode step another; cached keys keep the rotation they were computed with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RopeFactors {
+    Short,
+    Long,
+}
+
+impl LongRope {
+    /// The factors of a piece whose last position is `end - 1`.
+    pub fn factors_for(&self, end: usize) -> RopeFactors {
+        if end > self.original_max_position_embeddings {
+            RopeFactors::Long
+        } else {
+            RopeFactors::Short
+        }
+    }
+
+    pub fn factors(&self, which: RopeFactors) -> &[f64] {
+        match which {
+            RopeFactors::Short => &self.short_factor,
+            RopeFactors::Long => &self.long_factor,
+        }
+    }
 }
 
 impl DecoderConfig {
@@ -134,15 +158,12 @@ impl DecoderConfig {
         self.partial_rotary_dim.unwrap_or(self.head_dim)
     }
 
-    /// This config for a consumer holding `context` tokens: LongRoPE's long factors when the
-    /// context runs past the original training length, as transformers picks them by sequence
-    /// length. Nothing else changes.
-    pub fn for_context(&self, context: usize) -> Self {
-        let mut config = self.clone();
-        if let Some(long) = &mut config.long_rope {
-            long.use_long = context > long.original_max_position_embeddings;
-        }
-        config
+    /// The RoPE factors of a fed piece ending (exclusive) at position `end`
+    /// ([`LongRope::factors_for`]); [`RopeFactors::Short`] (unused) without LongRoPE.
+    pub fn rope_factors(&self, end: usize) -> RopeFactors {
+        self.long_rope
+            .as_ref()
+            .map_or(RopeFactors::Short, |l| l.factors_for(end))
     }
 
     pub fn q_dim(&self) -> usize {

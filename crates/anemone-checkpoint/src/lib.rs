@@ -27,7 +27,7 @@ pub mod lora;
 pub mod store;
 pub mod tokenizer;
 
-pub use config::{Architecture, DecoderConfig, GemmaConfig, InvalidConfig, LongRope};
+pub use config::{Architecture, DecoderConfig, GemmaConfig, InvalidConfig, LongRope, RopeFactors};
 pub use error::{CheckpointError, Result};
 pub use lora::{apply_lora, LoraRecord};
 pub use store::{MemoryStore, TensorInfo, TensorStore};

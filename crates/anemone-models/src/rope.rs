@@ -9,10 +9,11 @@
 //! under a table entry of cos 1, sin 0. Q and K are reordered alike, so `q·k` — all attention reads
 //! of them — is unchanged.
 
-use anemone_checkpoint::DecoderConfig;
+use anemone_checkpoint::{DecoderConfig, RopeFactors};
 
-/// Inverse frequencies, `rotary_dim / 2` of them, in f32 like transformers.
-pub fn inv_freq(config: &DecoderConfig) -> Vec<f32> {
+/// Inverse frequencies, `rotary_dim / 2` of them, in f32 like transformers; `factors` picks
+/// LongRoPE's set (see [`RopeFactors`]; ignored without LongRoPE).
+pub fn inv_freq(config: &DecoderConfig, factors: RopeFactors) -> Vec<f32> {
     let dim = config.rotary_dim();
     let theta = config.rope_theta as f32;
     (0..dim / 2)
@@ -20,14 +21,7 @@ pub fn inv_freq(config: &DecoderConfig) -> Vec<f32> {
             let base = theta.powf((2 * i) as f32 / dim as f32);
             match &config.long_rope {
                 None => 1.0 / base,
-                Some(long) => {
-                    let factors = if long.use_long {
-                        &long.long_factor
-                    } else {
-                        &long.short_factor
-                    };
-                    1.0 / (factors[i] as f32 * base)
-                }
+                Some(long) => 1.0 / (long.factors(factors)[i] as f32 * base),
             }
         })
         .collect()

@@ -79,7 +79,9 @@ impl Run<'_> {
         let c = &self.manifest.config;
         let dtype = self.manifest.conversion.precision.dtype();
         let mut inputs = HashMap::new();
-        for i in chunk_inputs(c, &self.manifest.kv_layout(), first, t, MASK_NEG) {
+        // the LongRoPE fixtures' prompts already pass original_max_position_embeddings
+        let factors = c.rope_factors(first + t);
+        for i in chunk_inputs(c, &self.manifest.kv_layout(), first, t, factors, MASK_NEG) {
             let dtype = if i.int32 {
                 anemone_mil::DType::I32
             } else {
@@ -438,7 +440,7 @@ fn a_weight_compressor_plugs_into_convert() {
     .unwrap();
     let trace = reference.forward_traced(&[7]).unwrap();
     let c = &manifest.config;
-    let (cos, sin) = rope_tables(c, &[0]);
+    let (cos, sin) = rope_tables(c, &[0], c.rope_factors(1));
     let mut inputs = HashMap::new();
     inputs.insert(
         names::HIDDEN_IN.to_string(),

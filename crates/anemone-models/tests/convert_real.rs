@@ -110,7 +110,7 @@ fn convert_real(
                    hidden_rows: &[f32]|
      -> Vec<Vec<f32>> {
         let positions: Vec<usize> = (first..first + t).collect();
-        let (cos, sin) = rope_tables(c, &positions);
+        let (cos, sin) = rope_tables(c, &positions, c.rope_factors(first + t));
         let mut x = vec![0f32; h * t];
         for p in 0..keep {
             for ch in 0..h {

@@ -3,7 +3,7 @@
 //! chosen by context, and every key it does not implement refused by name. (Its numerics against
 //! transformers are checked with the other oracle fixtures: `oracle.rs`, the pipeline tests.)
 
-use anemone_checkpoint::CheckpointError;
+use anemone_checkpoint::{CheckpointError, RopeFactors};
 use anemone_testkit::oracle_dir;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -71,7 +71,7 @@ fn fused_projections_are_split_rows_of_the_fused_tensors() {
 }
 
 #[test]
-fn longrope_factors_follow_the_context() {
+fn longrope_factors_follow_the_fed_piece_end() {
     let checkpoint = anemone_models::open_checkpoint(oracle_dir("phi3_longrope")).unwrap();
     let c = &checkpoint.config;
     assert_eq!(c.partial_rotary_dim, Some(12));
@@ -82,9 +82,9 @@ fn longrope_factors_follow_the_context() {
         "{}",
         long.attention_factor
     );
-    assert!(long.use_long, "max 256 > original 4");
-    assert!(!c.for_context(4).long_rope.unwrap().use_long);
-    assert!(c.for_context(5).long_rope.unwrap().use_long);
+    // transformers: long when max(position_ids) + 1 > original
+    assert_eq!(c.rope_factors(4), RopeFactors::Short);
+    assert_eq!(c.rope_factors(5), RopeFactors::Long);
 }
 
 #[test]

@@ -656,7 +656,8 @@ pub fn key_center(config: &DecoderConfig, context: usize, k_bias: &[f32]) -> Vec
     let d = config.head_dim;
     let half = d / 2;
     let positions: Vec<usize> = (0..context).collect();
-    let (cos, sin) = rope_tables(config, &positions);
+    // any constant centers exactly; the factors of a piece spanning the whole context
+    let (cos, sin) = rope_tables(config, &positions, config.rope_factors(context));
     // row r of the tables is dimension r; its mean over the positions
     let mean = |table: &[f32], r: usize| {
         table[r * context..(r + 1) * context]

@@ -2,7 +2,7 @@
 //! ([`causal_mask`], the one builder, from `crate::attention`), laid out exactly as the `cos`,
 //! `sin` and `mask` inputs expect (row-major).
 
-use anemone_checkpoint::DecoderConfig;
+use anemone_checkpoint::{DecoderConfig, RopeFactors};
 
 use super::decoder::names;
 use super::kv::{KvLayout, LayerGroup};
@@ -10,8 +10,8 @@ pub use crate::attention::causal_mask;
 use crate::attention::{ring_mask, sliding_mask};
 
 /// Inverse frequencies (see `crate::rope`), in f32 like the reference forward and transformers.
-pub fn inv_freq(config: &DecoderConfig) -> Vec<f32> {
-    crate::rope::inv_freq(config)
+pub fn inv_freq(config: &DecoderConfig, factors: RopeFactors) -> Vec<f32> {
+    crate::rope::inv_freq(config, factors)
 }
 
 /// Plain inverse frequencies `1 / theta^(2i/d)` (Gemma's local base).
@@ -25,10 +25,16 @@ fn inv_freq_of(d: usize, theta: f64) -> Vec<f32> {
 /// `positions`: element `[d, t]` is `cos(positions[t] · inv_freq[d mod head_dim/2])` times the
 /// RoPE attention factor; with partial rotation, the rows past the rotated ones hold cos 1,
 /// sin 0 (the converter reorders Q/K heads to match, `crate::rope::ane_head_order`).
-pub fn rope_tables(config: &DecoderConfig, positions: &[usize]) -> (Vec<f32>, Vec<f32>) {
+/// `factors`: LongRoPE's set for the fed piece these positions belong to
+/// ([`DecoderConfig::rope_factors`] of the piece's end).
+pub fn rope_tables(
+    config: &DecoderConfig,
+    positions: &[usize],
+    factors: RopeFactors,
+) -> (Vec<f32>, Vec<f32>) {
     tables(
         config.head_dim,
-        &inv_freq(config),
+        &inv_freq(config, factors),
         crate::rope::attention_factor(config),
         positions,
     )
@@ -47,12 +53,15 @@ pub struct ChunkInput {
 /// Every host-built input of a chunk function with `t` tokens at positions `first..` except
 /// `hidden_states`: `cos`, `sin`, `mask` and `position`, and for Gemma `cos_local`, `sin_local`,
 /// `mask_local` (and `position_local` when its sliding layers keep a ring). Masks and slots
-/// follow `layout` (see [`KvLayout`]).
+/// follow `layout` (see [`KvLayout`]). `factors`: LongRoPE's set, chosen by the end of the whole
+/// fed piece (a prompt, or one decode step) this window belongs to, not by the window's own end:
+/// `config.rope_factors(piece_end)`.
 pub fn chunk_inputs(
     config: &DecoderConfig,
     layout: &KvLayout,
     first: usize,
     t: usize,
+    factors: RopeFactors,
     mask_value: f32,
 ) -> Vec<ChunkInput> {
     let positions: Vec<usize> = (first..first + t).collect();
@@ -79,7 +88,7 @@ pub fn chunk_inputs(
             _ => causal_mask(slots, first, t, mask_value),
         }
     };
-    let (cos, sin) = rope_tables(config, &positions);
+    let (cos, sin) = rope_tables(config, &positions, factors);
     let main = LayerGroup::Main;
     let mut out = vec![
         float(names::COS, vec![1, 1, d, t], cos),

@@ -181,8 +181,8 @@ fn write_contents(
     compressor: &dyn WeightCompressor,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Manifest, BundleError> {
-    // the config as the bundle's context sees it (LongRoPE's factors), recorded in the manifest
-    let config = &checkpoint.config.for_context(options.chunk.context);
+    // recorded in the manifest with both LongRoPE factor sets: the host picks one per fed piece
+    let config = &checkpoint.config;
     let copts = &options.chunk;
     // hashes already known from writing (package model and weights), by absolute path
     let mut known = BTreeMap::new();

@@ -224,7 +224,6 @@ fn gguf_config(file: &GgufFile, tokenizer: Option<&GgufTokenizer>) -> Result<Dec
                 long_factor,
                 original_max_position_embeddings: original,
                 attention_factor,
-                use_long: max > original,
             });
         }
         (None, None) => {}
@@ -406,7 +405,6 @@ fn parse(f: &JsonFields) -> Result<DecoderConfig> {
             long_factor: factors("long_factor")?,
             original_max_position_embeddings: original,
             attention_factor,
-            use_long: max > original,
         });
     }
 

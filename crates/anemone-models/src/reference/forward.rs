@@ -54,7 +54,8 @@ pub fn run(
     let angles_of = |r: &Rope| -> Vec<(Vec<f32>, Vec<f32>)> {
         (0..s).map(|i| r.cos_sin(first_position + i)).collect()
     };
-    let angles = angles_of(rope.global());
+    // LongRoPE: this call's factors, by its last position (transformers' per-call seq_len)
+    let angles = angles_of(rope.global(config.rope_factors(first_position + s)));
     let local_angles = rope.local().map(angles_of);
     for (index, layer) in weights.layers.iter().enumerate() {
         let layer_angles = match (config.sliding_window(index), &local_angles) {

@@ -103,8 +103,8 @@ impl ReferenceModel {
                 })
             }
         };
-        // LongRoPE picks its factors by the context (as transformers does by sequence length)
-        let config = checkpoint.config.for_context(context_len);
+        // LongRoPE picks its factors per forward call (by its last position), not by context
+        let config = checkpoint.config.clone();
         if context_len == 0 {
             return Err(ForwardError::Config {
                 problem: "context length is 0 (max_position_embeddings missing?)".into(),

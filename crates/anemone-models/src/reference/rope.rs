@@ -2,16 +2,24 @@
 //! frequency `i` is `(x[i], x[i + r/2])` over the first `r` (rotary) dimensions of a head, not
 //! adjacent elements; dimensions past `r` pass through (partial rotation, Phi-3).
 
-/// The RoPE of every layer: one for all, or Gemma's global and local (sliding) bases.
+use anemone_checkpoint::RopeFactors;
+
+/// The RoPE of every layer: one for all, or Gemma's global and local (sliding) bases; with
+/// LongRoPE, the global base with each factor set.
 pub struct Ropes {
     global: Rope,
+    global_long: Option<Rope>,
     local: Option<Rope>,
 }
 
 impl Ropes {
     pub fn new(config: &anemone_checkpoint::DecoderConfig) -> Self {
         Self {
-            global: Rope::new(config),
+            global: Rope::new(config, RopeFactors::Short),
+            global_long: config
+                .long_rope
+                .as_ref()
+                .map(|_| Rope::new(config, RopeFactors::Long)),
             local: config
                 .gemma
                 .as_ref()
@@ -19,8 +27,12 @@ impl Ropes {
         }
     }
 
-    pub fn global(&self) -> &Rope {
-        &self.global
+    /// The global base's RoPE with LongRoPE's `factors` (the one RoPE without LongRoPE).
+    pub fn global(&self, factors: RopeFactors) -> &Rope {
+        match (factors, &self.global_long) {
+            (RopeFactors::Long, Some(long)) => long,
+            (RopeFactors::Long, None) | (RopeFactors::Short, _) => &self.global,
+        }
     }
 
     /// The local base's RoPE (Gemma's sliding layers), if the model has one.
@@ -37,9 +49,9 @@ pub struct Rope {
 }
 
 impl Rope {
-    pub fn new(config: &anemone_checkpoint::DecoderConfig) -> Self {
+    pub fn new(config: &anemone_checkpoint::DecoderConfig, factors: RopeFactors) -> Self {
         Self {
-            inv_freq: crate::rope::inv_freq(config),
+            inv_freq: crate::rope::inv_freq(config, factors),
             scale: crate::rope::attention_factor(config),
         }
     }

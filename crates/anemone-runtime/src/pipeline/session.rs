@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 
 use anemone_backend::{Backend, Tensor};
+use anemone_checkpoint::RopeFactors;
 use anemone_mil::DType;
 use anemone_models::ane::{io::chunk_inputs, lm_head, names};
 
@@ -133,6 +134,8 @@ impl<'p, B: Backend> Session<'p, B> {
             first_non_finite_ops: vec![None; traced_chunks],
         };
         let mut last_hidden = Vec::new();
+        // LongRoPE's factors: by the end of this whole piece (transformers' per-call choice)
+        let factors = p.manifest.config.rope_factors(self.position + ids.len());
         let mut done = 0;
         while done < ids.len() {
             let remaining = ids.len() - done;
@@ -151,6 +154,7 @@ impl<'p, B: Backend> Session<'p, B> {
                 function,
                 t,
                 first,
+                factors,
                 window,
                 trace.then_some(&mut chunk_trace),
             )?;
@@ -167,12 +171,13 @@ impl<'p, B: Backend> Session<'p, B> {
     }
 
     /// Runs `window` (at most `t` ids, padded to `t`) at positions `first..` through every chunk
-    /// with `function`; returns the last chunk's output `[hidden, t]`.
+    /// with `function` and the piece's RoPE `factors`; returns the last chunk's output `[hidden, t]`.
     fn run_window(
         &mut self,
         function: &str,
         t: usize,
         first: usize,
+        factors: RopeFactors,
         window: &[u32],
         mut trace: Option<&mut ChunkTrace>,
     ) -> Result<Vec<f32>, PipelineError> {
@@ -197,7 +202,8 @@ impl<'p, B: Backend> Session<'p, B> {
         };
         let mut inputs: HashMap<String, Tensor> = HashMap::new();
         let layout = p.manifest.kv_layout();
-        for i in chunk_inputs(config, &layout, first, t, p.manifest.conversion.mask_value) {
+        let mask_value = p.manifest.conversion.mask_value;
+        for i in chunk_inputs(config, &layout, first, t, factors, mask_value) {
             let dtype = if i.int32 { DType::I32 } else { dtype };
             inputs.insert(i.name.into(), input(i.name, dtype, i.shape, i.values)?);
         }

@@ -112,36 +112,6 @@ struct JsonOutput<'a> {
     reports: &'a [GateReport],
 }
 
-/// The context of the bundles of a LongRoPE model; bundles whose contexts select different
-/// factors cannot share one reference.
-fn long_rope_context(
-    bundles: &[PathBuf],
-    config: &anemone_checkpoint::DecoderConfig,
-) -> Result<usize> {
-    let mut chosen: Option<(usize, bool)> = None;
-    for bundle in bundles {
-        let context = anemone_models::bundle::read_manifest(bundle)
-            .with_context(|| format!("reading bundle {}", bundle.display()))?
-            .conversion
-            .context;
-        let long = config
-            .for_context(context)
-            .long_rope
-            .is_some_and(|l| l.use_long);
-        match chosen {
-            None => chosen = Some((context, long)),
-            Some((_, l)) if l == long => {}
-            Some((c, _)) => bail!(
-                "{}: context {context} selects other LongRoPE factors than context {c}; gate                  them separately",
-                bundle.display()
-            ),
-        }
-    }
-    chosen
-        .map(|(c, _)| c)
-        .ok_or_else(|| anyhow::anyhow!("no bundle given"))
-}
-
 pub fn run(args: GateArgs) -> Result<()> {
     if let Some(first) = args.bundles.first() {
         if first.is_dir()
@@ -173,16 +143,11 @@ pub fn run(args: GateArgs) -> Result<()> {
         checkpoint = anemone_checkpoint::apply_lora(checkpoint, dir)
             .with_context(|| format!("merging LoRA adapter {}", dir.display()))?;
     }
-    // LongRoPE picks its factors by context: the reference holds what the bundles hold
-    let context_len = match &checkpoint.config.long_rope {
-        Some(_) => Some(long_rope_context(&args.bundles, &checkpoint.config)?),
-        None => None,
-    };
     let mut reference = ReferenceModel::load(
         &checkpoint,
         &ReferenceOptions {
             threads: args.threads,
-            context_len,
+            context_len: None,
         },
     )
     .with_context(|| format!("loading reference {}", args.reference.display()))?;
