@@ -127,7 +127,11 @@ pub struct LongRope {
 /// Which LongRoPE factors rotate the positions of one fed piece. transformers picks them per
 /// forward call by `seq_len = max(position_ids) + 1`: the long ones when it exceeds
 /// `original_max_position_embeddings`. A prompt is one call (its end decides for all of its
-/// positions), each decode step another; cached keys keep the rotation they were computed with.
+/// positions), each decode step another. Cached keys would keep the short rotation past the
+/// switch, but Phi-3's `generate` drops its cache at the first call that crosses
+/// `original_max_position_embeddings` and re-encodes the whole sequence with the long factors
+/// ([`DecoderConfig::long_rope_reencode`]); so the cache always holds the rotation of
+/// `rope_factors(position)`, and feeding a sequence in pieces equals feeding it at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum RopeFactors {
     Short,
@@ -164,6 +168,18 @@ impl DecoderConfig {
         self.long_rope
             .as_ref()
             .map_or(RopeFactors::Short, |l| l.factors_for(end))
+    }
+
+    /// Whether a piece fed at `position..end` must first re-encode the `position` tokens already
+    /// cached: their keys carry the short factors and the piece switches to the long ones
+    /// (`0 < position ≤ original_max_position_embeddings < end`), as transformers' Phi-3
+    /// `prepare_inputs_for_generation` drops the cache there.
+    pub fn long_rope_reencode(&self, position: usize, end: usize) -> bool {
+        self.long_rope.as_ref().is_some_and(|l| {
+            position > 0
+                && l.factors_for(position) == RopeFactors::Short
+                && l.factors_for(end) == RopeFactors::Long
+        })
     }
 
     pub fn q_dim(&self) -> usize {

@@ -88,9 +88,23 @@ fn one_prefill_equals_prefill_then_decode() {
         for &id in &sequence[split..] {
             rows.push(model.forward(&[id], LogitsFor::LastPosition).unwrap());
         }
+        let config = model.config().clone();
+        let mut fresh = load(&f.dir, None);
         for (k, row) in rows.iter().enumerate() {
             let position = split - 1 + k;
-            let (i, g, w) = worst(row, &all[position * vocab..(position + 1) * vocab]);
+            // LongRoPE: a batched row uses the factors of the whole batch; a row before the
+            // switch to the long ones equals the batched forward of its own prefix instead
+            let prefix;
+            let want = if config.rope_factors(position + 1) == config.rope_factors(sequence.len()) {
+                &all[position * vocab..(position + 1) * vocab]
+            } else {
+                fresh.reset();
+                prefix = fresh
+                    .forward(&sequence[..=position], LogitsFor::LastPosition)
+                    .unwrap();
+                &prefix[..]
+            };
+            let (i, g, w) = worst(row, want);
             assert!(
                 (g - w).abs() <= 1e-4,
                 "{}: position {position}, token {i}: incremental {g}, batched {w}",

@@ -73,6 +73,8 @@ pub struct ReferenceModel {
     config: DecoderConfig,
     weights: std::sync::Arc<weights::Weights>,
     cache: cache::KvCache,
+    /// The ids in the cache (LongRoPE re-encodes them at the switch to the long factors).
+    history: Vec<u32>,
     rope: rope::Ropes,
     context_len: usize,
     pool: std::sync::Arc<rayon::ThreadPool>,
@@ -131,6 +133,7 @@ impl ReferenceModel {
         );
         Ok(Self {
             cache: cache::KvCache::new(config.num_hidden_layers, config.kv_dim()),
+            history: Vec::new(),
             rope: rope::Ropes::new(&config),
             config,
             weights: std::sync::Arc::new(weights),
@@ -146,6 +149,7 @@ impl ReferenceModel {
             config: self.config.clone(),
             weights: std::sync::Arc::clone(&self.weights),
             cache: cache::KvCache::new(self.config.num_hidden_layers, self.config.kv_dim()),
+            history: Vec::new(),
             rope: rope::Ropes::new(&self.config),
             context_len: self.context_len,
             pool: std::sync::Arc::clone(&self.pool),
@@ -174,21 +178,50 @@ impl ReferenceModel {
     /// Empties the KV cache.
     pub fn reset(&mut self) {
         self.cache.clear();
+        self.history.clear();
+    }
+
+    /// The ids one forward call runs and how many of them were already cached: `ids`, or, when
+    /// they take a LongRoPE sequence past `original_max_position_embeddings` while the cache holds
+    /// short-rotated keys, the whole sequence after emptying the cache (transformers' Phi-3
+    /// `generate` does so; [`DecoderConfig::long_rope_reencode`]).
+    fn piece(&mut self, ids: &[u32]) -> (Vec<u32>, usize) {
+        let position = self.cache.len();
+        self.history.extend_from_slice(ids);
+        if self
+            .config
+            .long_rope_reencode(position, position + ids.len())
+        {
+            tracing::debug!(
+                position,
+                "LongRoPE switches to the long factors: re-encoding"
+            );
+            self.cache.clear();
+            (self.history.clone(), position)
+        } else {
+            (ids.to_vec(), 0)
+        }
     }
 
     /// Appends `ids` to the sequence and returns logits (see [`LogitsFor`]).
     pub fn forward(&mut self, ids: &[u32], which: LogitsFor) -> Result<Vec<f32>, ForwardError> {
         self.check_input(ids)?;
+        let (run, skip) = self.piece(ids);
         let pool = &self.pool;
         let (config, weights, rope, cache) =
             (&self.config, &self.weights, &self.rope, &mut self.cache);
-        Ok(pool.install(|| forward::run(config, weights, rope, cache, ids, which, None)))
+        let logits = pool.install(|| forward::run(config, weights, rope, cache, &run, which, None));
+        Ok(match which {
+            LogitsFor::LastPosition => logits,
+            LogitsFor::AllPositions => logits[skip * config.vocab_size..].to_vec(),
+        })
     }
 
     /// Like `forward` with [`LogitsFor::AllPositions`], also returning the residual stream before
     /// the first layer and after each layer for the new positions.
     pub fn forward_traced(&mut self, ids: &[u32]) -> Result<Trace, ForwardError> {
         self.check_input(ids)?;
+        let (run, skip) = self.piece(ids);
         let pool = &self.pool;
         let (config, weights, rope, cache) =
             (&self.config, &self.weights, &self.rope, &mut self.cache);
@@ -199,14 +232,18 @@ impl ReferenceModel {
                 weights,
                 rope,
                 cache,
-                ids,
+                &run,
                 LogitsFor::AllPositions,
                 Some(&mut hidden_states),
             )
         });
+        let h = config.hidden_size;
         Ok(Trace {
-            logits,
-            hidden_states,
+            logits: logits[skip * config.vocab_size..].to_vec(),
+            hidden_states: hidden_states
+                .into_iter()
+                .map(|layer| layer[skip * h..].to_vec())
+                .collect(),
         })
     }
 

@@ -37,6 +37,8 @@ pub struct Session<'p, B: Backend> {
     chunk_states: Vec<B::State>,
     head_state: Option<B::State>,
     position: usize,
+    /// The ids fed since the last reset (LongRoPE re-encodes them at its switch).
+    history: Vec<u32>,
 }
 
 impl<'p, B: Backend> Session<'p, B> {
@@ -46,6 +48,7 @@ impl<'p, B: Backend> Session<'p, B> {
             chunk_states: Vec::new(),
             head_state: None,
             position: 0,
+            history: Vec::new(),
         };
         s.fresh_states()?;
         Ok(s)
@@ -71,6 +74,7 @@ impl<'p, B: Backend> Session<'p, B> {
             None => None,
         };
         self.position = 0;
+        self.history.clear();
         Ok(())
     }
 
@@ -91,6 +95,7 @@ impl<'p, B: Backend> Session<'p, B> {
             p.backend.reset_state(s);
         }
         self.position = 0;
+        self.history.clear();
     }
 
     /// Appends `ids` and returns the `[vocab]` logits after the last of them.
@@ -125,6 +130,9 @@ impl<'p, B: Backend> Session<'p, B> {
     fn run(&mut self, ids: &[u32], trace: bool) -> Result<FeedTrace, PipelineError> {
         self.check(ids)?;
         let p = self.pipeline;
+        if (p.manifest.config).long_rope_reencode(self.position, self.position + ids.len()) {
+            return self.reencode(ids, trace);
+        }
         let h = p.manifest.config.hidden_size;
         let layout = p.manifest.kv_layout();
         let prefill_len = p.manifest.conversion.prefill_len;
@@ -162,12 +170,33 @@ impl<'p, B: Backend> Session<'p, B> {
             done += real;
         }
         self.position += ids.len();
+        self.history.extend_from_slice(ids);
         let logits = self.head(&last_hidden)?;
         Ok(FeedTrace {
             logits,
             chunk_outputs: chunk_trace.outputs,
             first_non_finite_ops: chunk_trace.first_non_finite_ops,
         })
+    }
+
+    /// LongRoPE's switch to the long factors while the states hold keys rotated with the short
+    /// ones: the whole sequence is fed again from empty states, as transformers' Phi-3
+    /// `generate` does (`DecoderConfig::long_rope_reencode`). On an error the session is reset.
+    fn reencode(&mut self, ids: &[u32], trace: bool) -> Result<FeedTrace, PipelineError> {
+        let mut all = std::mem::take(&mut self.history);
+        let skip = all.len();
+        all.extend_from_slice(ids);
+        tracing::debug!(
+            position = skip,
+            "LongRoPE switches to the long factors: re-encoding"
+        );
+        self.reset();
+        let mut out = self.run(&all, trace).inspect_err(|_| self.reset())?;
+        let h = self.pipeline.manifest.config.hidden_size;
+        for chunk in &mut out.chunk_outputs {
+            chunk.drain(..skip * h);
+        }
+        Ok(out)
     }
 
     /// Runs `window` (at most `t` ids, padded to `t`) at positions `first..` through every chunk
