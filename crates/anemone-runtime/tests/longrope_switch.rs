@@ -175,3 +175,40 @@ fn fp32_bundle_matches_the_reference_across_the_switch() {
         TOLERANCE,
     );
 }
+
+/// A bundle written before the factors were chosen per piece records `use_long` (the one set
+/// its context chose) beside both factor sets: it loads, and the host now picks per piece.
+#[test]
+fn bundles_recording_use_long_still_load_and_switch_per_piece() {
+    let (dir, cases) = cases();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("bundle");
+    let chunk = ChunkOptions {
+        context: 32,
+        prefill_len: 8,
+        precision: Precision::Fp32,
+        ..ChunkOptions::default()
+    };
+    convert_to(&dir, &out, &small_options(chunk));
+    let path = out.join(anemone_models::bundle::MANIFEST_FILE);
+    let mut manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    manifest["config"]["long_rope"]["use_long"] = serde_json::Value::Bool(true);
+    std::fs::write(&path, serde_json::to_vec_pretty(&manifest).unwrap()).unwrap();
+    let pipeline = Pipeline::open(
+        &out,
+        ExecutorBackend::new(Precision::Fp32),
+        &PipelineOptions::default(),
+    )
+    .unwrap();
+    let mut session = pipeline.session().unwrap();
+    let case = &cases[0];
+    let got = greedy(&mut session, case);
+    assert_eq!(got.generated_ids, case.greedy_ids, "{}", case.name);
+    assert_close(
+        &format!("{}: old-manifest bundle vs transformers", case.name),
+        &got.logits,
+        &case.logits,
+        TOLERANCE,
+    );
+}
