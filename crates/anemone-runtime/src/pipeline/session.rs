@@ -130,7 +130,10 @@ impl<'p, B: Backend> Session<'p, B> {
     fn run(&mut self, ids: &[u32], trace: bool) -> Result<FeedTrace, PipelineError> {
         self.check(ids)?;
         let p = self.pipeline;
-        if (p.manifest.config).long_rope_reencode(self.position, self.position + ids.len()) {
+        if p.manifest
+            .config
+            .long_rope_reencode(self.position, self.position + ids.len())
+        {
             return self.reencode(ids, trace);
         }
         let h = p.manifest.config.hidden_size;
@@ -200,7 +203,8 @@ impl<'p, B: Backend> Session<'p, B> {
     }
 
     /// Runs `window` (at most `t` ids, padded to `t`) at positions `first..` through every chunk
-    /// with `function` and the piece's RoPE `factors`; returns the last chunk's output `[hidden, t]`.
+    /// with `function` and the fed piece's RoPE `factors`; returns the last chunk's output
+    /// `[hidden, t]`.
     fn run_window(
         &mut self,
         function: &str,
