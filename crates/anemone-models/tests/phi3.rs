@@ -85,6 +85,13 @@ fn longrope_factors_follow_the_fed_piece_end() {
     // transformers: long when max(position_ids) + 1 > original
     assert_eq!(c.rope_factors(4), RopeFactors::Short);
     assert_eq!(c.rope_factors(5), RopeFactors::Long);
+    // the cached short-rotated keys are re-encoded by the piece that crosses the threshold
+    assert!(c.long_rope_reencode(3, 5) && c.long_rope_reencode(4, 5));
+    assert!(
+        !c.long_rope_reencode(0, 7),
+        "a prompt is one call: nothing cached"
+    );
+    assert!(!c.long_rope_reencode(2, 4) && !c.long_rope_reencode(5, 6));
 }
 
 #[test]
