@@ -1,8 +1,11 @@
 //! The one thing a pipeline needs from an execution engine: load a package, make its state,
-//! predict a function with named inputs.
+//! predict a function with named inputs, and hand activations from one package to the next in
+//! buffers the engine owns.
 
 use std::collections::HashMap;
 use std::path::Path;
+
+use anemone_mil::DType;
 
 use crate::tensor::Tensor;
 
@@ -22,6 +25,11 @@ pub trait Backend: Send + Sync + 'static {
     type Package: Send + Sync;
     /// The values of a package's states (the KV cache of a decoder chunk).
     type State: Send;
+    /// Activations the engine owns between predictions (one chunk's output given as the next
+    /// chunk's input without a trip through the host): the executor's is a plain [`Tensor`];
+    /// Core ML's an IOSurface-backed fp16 `MLMultiArray` that predictions write as an output
+    /// backing. A buffer belongs to one session (predictions write into it).
+    type Buffer: Send;
     type Error: std::error::Error + Send + Sync + 'static;
 
     /// A short name for messages and reports (`executor-fp16`, `coreml-ane`, …).
@@ -56,4 +64,31 @@ pub trait Backend: Send + Sync + 'static {
     ) -> Result<CheckedOutputs, Self::Error> {
         Ok((self.predict(package, function, inputs, state)?, None))
     }
+
+    /// A zeroed buffer of `dtype` (fp16 or fp32) and `shape`.
+    fn new_buffer(&self, dtype: DType, shape: &[usize]) -> Result<Self::Buffer, Self::Error>;
+
+    /// Writes host values into a buffer (`values` of the buffer's dtype and shape).
+    fn write_buffer(&self, buffer: &mut Self::Buffer, values: &Tensor) -> Result<(), Self::Error>;
+
+    /// A buffer's values in row-major order (read through its strides where the engine pads
+    /// rows): what the host reads only where it needs values.
+    fn read_buffer(&self, buffer: &Self::Buffer) -> Result<Tensor, Self::Error>;
+
+    /// Runs `function` like [`Backend::predict`] with `inputs` plus the buffers of
+    /// `buffer_inputs` (by input name), writing the outputs named in `buffer_outputs` into those
+    /// buffers (which must have the outputs' dtype and shape) instead of returning them; the
+    /// other outputs come back as tensors. With `checked`, also names the first op whose output
+    /// held a non-finite value, as [`Backend::predict_checked`] does.
+    #[allow(clippy::too_many_arguments)]
+    fn predict_buffers(
+        &self,
+        package: &Self::Package,
+        function: &str,
+        inputs: &mut HashMap<String, Tensor>,
+        buffer_inputs: &mut [(&str, &mut Self::Buffer)],
+        buffer_outputs: &mut [(&str, &mut Self::Buffer)],
+        state: &mut Self::State,
+        checked: bool,
+    ) -> Result<CheckedOutputs, Self::Error>;
 }
