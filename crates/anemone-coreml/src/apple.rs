@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 
-use anemone_backend::{Backend, Tensor};
+use anemone_backend::{Backend, CheckedOutputs, Tensor};
 use anemone_mil::DType;
 use objc2::rc::Retained;
 use objc2::runtime::{AnyObject, ProtocolObject};
@@ -17,8 +17,9 @@ use objc2_core_ml::{
     MLModel, MLModelConfiguration, MLMultiArray, MLMultiArrayDataType, MLPredictionOptions,
     MLState,
 };
-use objc2_foundation::{NSArray, NSDictionary, NSError, NSNumber, NSProcessInfo, NSString, NSURL};
+use objc2_foundation::{NSDictionary, NSError, NSProcessInfo, NSString, NSURL};
 
+use crate::apple_arrays::{ns_shape, read_multiarray, to_multiarray, write_array, CoreMlBuffer};
 use crate::plan::{Device, OpPlan, PackagePlan};
 use crate::{
     cache, Availability, ComputeUnits, CoreMlError, CoreMlOptions, MIN_MACOS_PLAN,
@@ -52,7 +53,7 @@ pub(crate) fn availability() -> Availability {
     }
 }
 
-fn ns_error(e: &NSError) -> String {
+pub(crate) fn ns_error(e: &NSError) -> String {
     e.localizedDescription().to_string()
 }
 
@@ -239,101 +240,10 @@ fn declared_outputs(model: &MLModel) -> Vec<(String, Vec<usize>)> {
     }
 }
 
-fn ml_dtype(d: DType) -> Option<MLMultiArrayDataType> {
-    match d {
-        DType::F16 => Some(MLMultiArrayDataType::Float16),
-        DType::F32 => Some(MLMultiArrayDataType::Float32),
-        DType::I32 => Some(MLMultiArrayDataType::Int32),
-        _ => None,
-    }
-}
-
-fn ns_shape(shape: &[usize]) -> Retained<NSArray<NSNumber>> {
-    let numbers: Vec<Retained<NSNumber>> = shape.iter().map(|&d| NSNumber::new_usize(d)).collect();
-    NSArray::from_retained_slice(&numbers)
-}
-
-fn usizes(a: &NSArray<NSNumber>) -> Vec<usize> {
-    a.to_vec()
-        .iter()
-        .map(|n| n.integerValue().max(0) as usize)
-        .collect()
-}
-
-/// A new contiguous `MLMultiArray` holding `t`'s values in `t`'s dtype.
-fn to_multiarray(t: &Tensor) -> Result<Retained<MLMultiArray>, String> {
-    let dtype = ml_dtype(t.dtype)
-        .ok_or_else(|| format!("dtype {:?} has no Core ML array type", t.dtype))?;
-    // SAFETY: a fresh array of the declared shape and type; it is written through its own
-    // strides before anyone else sees it.
-    unsafe {
-        let array = MLMultiArray::initWithShape_dataType_error(
-            MLMultiArray::alloc(),
-            &ns_shape(&t.shape),
-            dtype,
-        )
-        .map_err(|e| ns_error(&e))?;
-        let strides = usizes(&array.strides());
-        #[allow(deprecated)]
-        let base = array.dataPointer().as_ptr();
-        for (flat, &v) in t.data.iter().enumerate() {
-            let offset = strided_offset(flat, &t.shape, &strides);
-            match t.dtype {
-                DType::F16 => *(base as *mut u16).add(offset) = half::f16::from_f32(v).to_bits(),
-                DType::F32 => *(base as *mut f32).add(offset) = v,
-                _ => *(base as *mut i32).add(offset) = v as i32,
-            }
-        }
-        Ok(array)
-    }
-}
-
-/// The element offset of row-major index `flat` of `shape` in an array with `strides`.
-fn strided_offset(flat: usize, shape: &[usize], strides: &[usize]) -> usize {
-    let mut rest = flat;
-    let mut offset = 0;
-    for (dim, stride) in shape.iter().zip(strides).rev() {
-        offset += (rest % dim.max(&1)) * stride;
-        rest /= dim.max(&1);
-    }
-    offset
-}
-
-/// An `MLMultiArray`'s values in row-major order, read through its strides (Core ML pads the
-/// last dimension of fp16 outputs on the Neural Engine).
-fn read_multiarray(a: &MLMultiArray) -> (DType, Vec<usize>, Vec<f32>) {
-    // SAFETY: reading a finished output (or our own backing after the prediction returned).
-    unsafe {
-        let shape = usizes(&a.shape());
-        let strides = usizes(&a.strides());
-        let dtype = a.dataType();
-        #[allow(deprecated)]
-        let base = a.dataPointer().as_ptr();
-        let n: usize = shape.iter().product();
-        let mut out = Vec::with_capacity(n);
-        let d = if dtype == MLMultiArrayDataType::Float16 {
-            DType::F16
-        } else if dtype == MLMultiArrayDataType::Int32 {
-            DType::I32
-        } else {
-            DType::F32
-        };
-        for flat in 0..n {
-            let o = strided_offset(flat, &shape, &strides);
-            out.push(match d {
-                DType::F16 => half::f16::from_bits(*(base as *const u16).add(o)).to_f32(),
-                DType::I32 => *(base as *const i32).add(o) as f32,
-                _ if dtype == MLMultiArrayDataType::Float64 => *(base as *const f64).add(o) as f32,
-                _ => *(base as *const f32).add(o),
-            });
-        }
-        (d, shape, out)
-    }
-}
-
 impl Backend for CoreMlBackend {
     type Package = CoreMlPackage;
     type State = CoreMlState;
+    type Buffer = CoreMlBuffer;
     type Error = CoreMlError;
 
     fn name(&self) -> String {
@@ -424,121 +334,205 @@ impl Backend for CoreMlBackend {
         inputs: &HashMap<String, Tensor>,
         state: &mut CoreMlState,
     ) -> Result<HashMap<String, Tensor>, CoreMlError> {
-        let model = package.model(function)?;
-        let bad_input = |input: &str, problem: String| CoreMlError::Input {
+        run(package, function, inputs, &[], &[], state)
+    }
+
+    fn new_buffer(&self, dtype: DType, shape: &[usize]) -> Result<CoreMlBuffer, CoreMlError> {
+        CoreMlBuffer::new(dtype, shape)
+    }
+
+    fn write_buffer(&self, buffer: &mut CoreMlBuffer, values: &Tensor) -> Result<(), CoreMlError> {
+        buffer.write(values)
+    }
+
+    fn read_buffer(&self, buffer: &CoreMlBuffer) -> Result<Tensor, CoreMlError> {
+        buffer.read()
+    }
+
+    fn predict_buffers(
+        &self,
+        package: &CoreMlPackage,
+        function: &str,
+        inputs: &mut HashMap<String, Tensor>,
+        buffer_inputs: &mut [(&str, &mut CoreMlBuffer)],
+        buffer_outputs: &mut [(&str, &mut CoreMlBuffer)],
+        state: &mut CoreMlState,
+        _checked: bool,
+    ) -> Result<CheckedOutputs, CoreMlError> {
+        let bound_in: Vec<(&str, &CoreMlBuffer)> =
+            buffer_inputs.iter().map(|(n, b)| (*n, &**b)).collect();
+        let bound_out: Vec<(&str, &CoreMlBuffer)> =
+            buffer_outputs.iter().map(|(n, b)| (*n, &**b)).collect();
+        // Core ML cannot name the op that first went non-finite.
+        Ok((
+            run(package, function, inputs, &bound_in, &bound_out, state)?,
+            None,
+        ))
+    }
+}
+
+/// One prediction: `inputs` copied into new arrays, the buffers of `bound_in` given as they are
+/// (IOSurface-backed: no copy), the buffers of `bound_out` as output backings (Core ML writes
+/// the outputs into them); every other declared output comes back as a tensor.
+fn run(
+    package: &CoreMlPackage,
+    function: &str,
+    inputs: &HashMap<String, Tensor>,
+    bound_in: &[(&str, &CoreMlBuffer)],
+    bound_out: &[(&str, &CoreMlBuffer)],
+    state: &mut CoreMlState,
+) -> Result<HashMap<String, Tensor>, CoreMlError> {
+    let model = package.model(function)?;
+    let bad_input = |input: &str, problem: String| CoreMlError::Input {
+        package: package.path.clone(),
+        function: function.to_string(),
+        input: input.to_string(),
+        problem,
+    };
+    let mut keys = Vec::new();
+    let mut values = Vec::new();
+    for (name, tensor) in inputs {
+        let array = to_multiarray(tensor).map_err(|p| bad_input(name, p))?;
+        keys.push(NSString::from_str(name));
+        // SAFETY: wrapping an array we own.
+        values.push(unsafe { MLFeatureValue::featureValueWithMultiArray(&array) });
+    }
+    for (name, buffer) in bound_in {
+        keys.push(NSString::from_str(name));
+        // SAFETY: wrapping a buffer the session owns; it outlives the prediction.
+        values.push(unsafe { MLFeatureValue::featureValueWithMultiArray(&buffer.array) });
+    }
+    let key_refs: Vec<&NSString> = keys.iter().map(|k| &**k).collect();
+    let value_refs: Vec<&AnyObject> = values.iter().map(|v| &****v).collect();
+    let dict = NSDictionary::from_slices(&key_refs, &value_refs);
+    // SAFETY: a dictionary of feature values, as the initializer requires.
+    let provider = unsafe {
+        MLDictionaryFeatureProvider::initWithDictionary_error(
+            MLDictionaryFeatureProvider::alloc(),
+            &dict,
+        )
+    }
+    .map_err(|e| bad_input("(all)", ns_error(&e)))?;
+    let declared = package.outputs.get(function).cloned().unwrap_or_default();
+    let shape_error =
+        |output: &str, expected: &[usize], found: Vec<usize>| CoreMlError::OutputShape {
             package: package.path.clone(),
             function: function.to_string(),
-            input: input.to_string(),
-            problem,
+            output: output.to_string(),
+            expected: expected.to_vec(),
+            found,
         };
-        let mut keys = Vec::new();
-        let mut values = Vec::new();
-        for (name, tensor) in inputs {
-            let array = to_multiarray(tensor).map_err(|p| bad_input(name, p))?;
-            keys.push(NSString::from_str(name));
-            // SAFETY: wrapping an array we own.
-            values.push(unsafe { MLFeatureValue::featureValueWithMultiArray(&array) });
+    for (name, buffer) in bound_out {
+        match declared.iter().find(|(output, _)| output == name) {
+            None => {
+                return Err(CoreMlError::OutputMissing {
+                    package: package.path.clone(),
+                    function: function.to_string(),
+                    output: name.to_string(),
+                })
+            }
+            Some((_, shape)) if !shape.is_empty() && shape != &buffer.shape => {
+                return Err(shape_error(name, shape, buffer.shape.clone()))
+            }
+            Some(_) => {}
         }
-        let key_refs: Vec<&NSString> = keys.iter().map(|k| &**k).collect();
-        let value_refs: Vec<&AnyObject> = values.iter().map(|v| &****v).collect();
-        let dict = NSDictionary::from_slices(&key_refs, &value_refs);
-        // SAFETY: a dictionary of feature values, as the initializer requires.
-        let provider = unsafe {
-            MLDictionaryFeatureProvider::initWithDictionary_error(
-                MLDictionaryFeatureProvider::alloc(),
-                &dict,
-            )
-        }
-        .map_err(|e| bad_input("(all)", ns_error(&e)))?;
-        let declared = package.outputs.get(function).cloned().unwrap_or_default();
-        let _serial = package
-            .serial
+    }
+    let _serial = package
+        .serial
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    // SAFETY: fresh options, set before the prediction that uses them.
+    let options = unsafe { MLPredictionOptions::new() };
+    {
+        let mut backings = package
+            .backings
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let options = unsafe { MLPredictionOptions::new() };
-        {
-            let mut backings = package
-                .backings
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-            let mut names = Vec::new();
-            let mut arrays = Vec::new();
-            for (output, shape) in &declared {
-                if shape.is_empty() {
-                    continue;
-                }
-                let key = (function.to_string(), output.clone());
-                if !backings.contains_key(&key) {
-                    // SAFETY: a fresh fp16 array of the declared shape, owned by the package.
-                    let array = unsafe {
-                        MLMultiArray::initWithShape_dataType_error(
-                            MLMultiArray::alloc(),
-                            &ns_shape(shape),
-                            MLMultiArrayDataType::Float16,
-                        )
-                    }
-                    .map_err(|e| CoreMlError::Predict {
-                        package: package.path.clone(),
-                        function: function.to_string(),
-                        message: format!("output backing `{output}`: {}", ns_error(&e)),
-                    })?;
-                    backings.insert(key.clone(), array);
-                }
-                names.push(NSString::from_str(output));
-                arrays.push(backings[&key].clone());
-            }
-            let name_refs: Vec<&NSString> = names.iter().map(|k| &**k).collect();
-            let array_refs: Vec<&AnyObject> = arrays.iter().map(|a| &****a).collect();
-            let backing_dict = NSDictionary::from_slices(&name_refs, &array_refs);
-            // SAFETY: output name → MLMultiArray of the output's shape, as Core ML requires.
-            unsafe { options.setOutputBackings(&backing_dict) };
-        }
-        // SAFETY: the model's own state; predictions on this model are serialized above.
-        let result = unsafe {
-            model.predictionFromFeatures_usingState_options_error(
-                ProtocolObject::from_ref(&*provider),
-                &state.state,
-                &options,
-            )
-        }
-        .map_err(|e| CoreMlError::Predict {
-            package: package.path.clone(),
-            function: function.to_string(),
-            message: ns_error(&e),
-        })?;
-        let mut out = HashMap::new();
+        let mut names = Vec::new();
+        let mut arrays = Vec::new();
         for (output, shape) in &declared {
-            // SAFETY: reading the outputs of a finished prediction.
-            let value = unsafe { result.featureValueForName(&NSString::from_str(output)) };
-            let array = value
-                .and_then(|v| unsafe { v.multiArrayValue() })
-                .ok_or_else(|| CoreMlError::OutputMissing {
-                    package: package.path.clone(),
-                    function: function.to_string(),
-                    output: output.clone(),
-                })?;
-            let (dtype, found, data) = read_multiarray(&array);
-            if !shape.is_empty() && &found != shape {
-                return Err(CoreMlError::OutputShape {
-                    package: package.path.clone(),
-                    function: function.to_string(),
-                    output: output.clone(),
-                    expected: shape.clone(),
-                    found,
-                });
+            if let Some((_, buffer)) = bound_out.iter().find(|(n, _)| n == output) {
+                names.push(NSString::from_str(output));
+                arrays.push(buffer.array.clone());
+                continue;
             }
-            let tensor =
-                Tensor::new(dtype, found.clone(), data).map_err(|e| CoreMlError::OutputShape {
+            if shape.is_empty() {
+                continue;
+            }
+            let key = (function.to_string(), output.clone());
+            if !backings.contains_key(&key) {
+                // SAFETY: a fresh fp16 array of the declared shape, owned by the package.
+                let array = unsafe {
+                    MLMultiArray::initWithShape_dataType_error(
+                        MLMultiArray::alloc(),
+                        &ns_shape(shape),
+                        MLMultiArrayDataType::Float16,
+                    )
+                }
+                .map_err(|e| CoreMlError::Predict {
                     package: package.path.clone(),
                     function: function.to_string(),
-                    output: format!("{output} ({e})"),
-                    expected: shape.clone(),
-                    found,
+                    message: format!("output backing `{output}`: {}", ns_error(&e)),
                 })?;
-            out.insert(output.clone(), tensor);
+                backings.insert(key.clone(), array);
+            }
+            names.push(NSString::from_str(output));
+            arrays.push(backings[&key].clone());
         }
-        Ok(out)
+        let name_refs: Vec<&NSString> = names.iter().map(|k| &**k).collect();
+        let array_refs: Vec<&AnyObject> = arrays.iter().map(|a| &****a).collect();
+        let backing_dict = NSDictionary::from_slices(&name_refs, &array_refs);
+        // SAFETY: output name → MLMultiArray of the output's shape, as Core ML requires.
+        unsafe { options.setOutputBackings(&backing_dict) };
     }
+    // SAFETY: the model's own state; predictions on this model are serialized above.
+    let result = unsafe {
+        model.predictionFromFeatures_usingState_options_error(
+            ProtocolObject::from_ref(&*provider),
+            &state.state,
+            &options,
+        )
+    }
+    .map_err(|e| CoreMlError::Predict {
+        package: package.path.clone(),
+        function: function.to_string(),
+        message: ns_error(&e),
+    })?;
+    let mut out = HashMap::new();
+    for (output, shape) in &declared {
+        // SAFETY: reading the outputs of a finished prediction.
+        let value = unsafe { result.featureValueForName(&NSString::from_str(output)) };
+        let array = value
+            .and_then(|v| unsafe { v.multiArrayValue() })
+            .ok_or_else(|| CoreMlError::OutputMissing {
+                package: package.path.clone(),
+                function: function.to_string(),
+                output: output.clone(),
+            })?;
+        if let Some((_, buffer)) = bound_out.iter().find(|(n, _)| n == output) {
+            if !std::ptr::eq(&*array, &*buffer.array) {
+                // Core ML declined the backing (it may, e.g. for a layout it cannot write):
+                // the values go into the buffer by the host, so the next chunk still reads them.
+                tracing::debug!(output = %output, "output backing not used; copying");
+                let (dtype, found, data) = read_multiarray(&array);
+                let tensor = Tensor::new(dtype, found.clone(), data)
+                    .map_err(|_| shape_error(output, &buffer.shape, found.clone()))?;
+                if tensor.dtype != buffer.dtype || tensor.shape != buffer.shape {
+                    return Err(shape_error(output, &buffer.shape, found));
+                }
+                write_array(&buffer.array, &tensor);
+            }
+            continue;
+        }
+        let (dtype, found, data) = read_multiarray(&array);
+        if !shape.is_empty() && &found != shape {
+            return Err(shape_error(output, shape, found));
+        }
+        let tensor = Tensor::new(dtype, found.clone(), data)
+            .map_err(|e| shape_error(&format!("{output} ({e})"), shape, found))?;
+        out.insert(output.clone(), tensor);
+    }
+    Ok(out)
 }
 
 /// The result of `MLComputePlan`'s completion handler, carried to the waiting thread.
