@@ -13,6 +13,16 @@ use crate::tensor::Tensor;
 /// (`name (type)`), when the backend can tell.
 pub type CheckedOutputs = (HashMap<String, Tensor>, Option<String>);
 
+/// What loading one package cost besides reading it.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct LoadReport {
+    /// Seconds spent compiling the package into the engine's own form (Core ML's `.mlmodelc`);
+    /// 0 for an engine that compiles nothing, or when the compiled form came from a cache.
+    pub compile_s: f64,
+    /// Whether the compiled form came from the engine's cache (`None`: the engine has none).
+    pub cache_hit: Option<bool>,
+}
+
 /// An engine that runs `.mlpackage` files as written to disk.
 ///
 /// Tensors cross the boundary as [`Tensor`] (values held as f32 whatever the declared dtype;
@@ -35,6 +45,18 @@ pub trait Backend: Send + Sync + 'static {
     /// A short name for messages and reports (`executor-fp16`, `coreml-ane`, …).
     fn name(&self) -> String;
     fn load(&self, path: &Path) -> Result<Self::Package, Self::Error>;
+    /// Like [`Backend::load`] for a package whose files the caller has already verified:
+    /// `content_key` identifies their content (built from a bundle manifest's sha256s), so an
+    /// engine that caches compiled forms keys them by it instead of hashing the package again.
+    /// Also says what compiling cost. The default (an engine with nothing to compile) loads.
+    fn load_identified(
+        &self,
+        path: &Path,
+        content_key: Option<&str>,
+    ) -> Result<(Self::Package, LoadReport), Self::Error> {
+        let _ = content_key;
+        Ok((self.load(path)?, LoadReport::default()))
+    }
     /// Fresh (zeroed) state for every state `function` declares.
     fn new_state(
         &self,

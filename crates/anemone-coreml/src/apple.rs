@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 
-use anemone_backend::{Backend, CheckedOutputs, Tensor};
+use anemone_backend::{Backend, CheckedOutputs, LoadReport, Tensor};
 use anemone_mil::DType;
 use objc2::rc::Retained;
 use objc2::runtime::{AnyObject, ProtocolObject};
@@ -91,13 +91,27 @@ impl CoreMlBackend {
     }
 
     /// The package compiled to `.mlmodelc`: from the cache, or compiled now (and cached unless
-    /// `no_cache`). The second value keeps a temporary compiled model alive.
-    fn compiled(&self, package: &Path) -> Result<(PathBuf, Option<PathBuf>), CoreMlError> {
-        let hash = cache::package_hash(package)?;
-        let dest = cache::compiled_path(&self.cache_root, &hash);
-        if !self.options.no_cache && dest.is_dir() {
+    /// `no_cache`), timed apart from the load. `content_key` (from a verified bundle manifest)
+    /// names the cache entry; without one the package's files are hashed. The second value
+    /// keeps a temporary compiled model alive.
+    fn compiled(
+        &self,
+        package: &Path,
+        content_key: Option<&str>,
+    ) -> Result<(PathBuf, Option<PathBuf>, LoadReport), CoreMlError> {
+        let key = match (self.options.no_cache, content_key) {
+            (true, _) => None,
+            (false, Some(key)) => Some(key.to_string()),
+            (false, None) => Some(cache::package_hash(package)?),
+        };
+        let dest = key.map(|key| cache::compiled_path(&self.cache_root, &key));
+        if let Some(dest) = dest.as_ref().filter(|d| d.is_dir()) {
             tracing::debug!(package = %package.display(), compiled = %dest.display(), "cache hit");
-            return Ok((dest, None));
+            let report = LoadReport {
+                compile_s: 0.0,
+                cache_hit: Some(true),
+            };
+            return Ok((dest.clone(), None, report));
         }
         let started = std::time::Instant::now();
         #[allow(deprecated)] // the synchronous form; the caller is not the main thread
@@ -114,17 +128,21 @@ impl CoreMlBackend {
                 package: package.to_path_buf(),
                 message: "Core ML returned a compiled model that is not a file".into(),
             })?;
+        let report = LoadReport {
+            compile_s: started.elapsed().as_secs_f64(),
+            cache_hit: Some(false),
+        };
         tracing::info!(
             package = %package.display(),
-            seconds = started.elapsed().as_secs_f64(),
+            seconds = report.compile_s,
             "compiled"
         );
-        if self.options.no_cache {
-            return Ok((compiled.clone(), Some(compiled)));
-        }
+        let Some(dest) = dest else {
+            return Ok((compiled.clone(), Some(compiled), report));
+        };
         cache::install(package, &compiled, &dest)?;
         let _ = std::fs::remove_dir_all(&compiled);
-        Ok((dest, None))
+        Ok((dest, None, report))
     }
 
     fn configuration(&self, function: Option<&str>) -> Retained<MLModelConfiguration> {
@@ -251,6 +269,14 @@ impl Backend for CoreMlBackend {
     }
 
     fn load(&self, path: &Path) -> Result<CoreMlPackage, CoreMlError> {
+        Ok(self.load_identified(path, None)?.0)
+    }
+
+    fn load_identified(
+        &self,
+        path: &Path,
+        content_key: Option<&str>,
+    ) -> Result<(CoreMlPackage, LoadReport), CoreMlError> {
         let (major, minor, found) = os_version();
         if cfg!(target_os = "macos") && (major, minor) < MIN_MACOS_STATEFUL {
             return Err(CoreMlError::OsTooOld {
@@ -265,7 +291,7 @@ impl Backend for CoreMlBackend {
             compiled: path.to_path_buf(),
             message: format!("reading the package's functions: {e}"),
         })?;
-        let (compiled, temporary) = self.compiled(path)?;
+        let (compiled, temporary, report) = self.compiled(path, content_key)?;
         let compiled_url = url(&compiled);
         let mut models = HashMap::new();
         let mut outputs = HashMap::new();
@@ -284,7 +310,7 @@ impl Backend for CoreMlBackend {
             outputs.insert(name.clone(), declared_outputs(&model));
             models.insert(name, model);
         }
-        Ok(CoreMlPackage {
+        let package = CoreMlPackage {
             path: path.to_path_buf(),
             compiled,
             models,
@@ -292,7 +318,8 @@ impl Backend for CoreMlBackend {
             backings: Mutex::new(HashMap::new()),
             serial: Arc::new(Mutex::new(())),
             temporary,
-        })
+        };
+        Ok((package, report))
     }
 
     fn new_state(
@@ -552,7 +579,7 @@ pub fn compute_plan(package: &Path, options: &CoreMlOptions) -> Result<PackagePl
         });
     }
     let backend = CoreMlBackend::new(options.clone());
-    let (compiled, temporary) = backend.compiled(package)?;
+    let (compiled, temporary, _) = backend.compiled(package, None)?;
     let config = backend.configuration(None);
     let (tx, rx) = mpsc::channel::<PlanResult>();
     let handler = block2::RcBlock::new(move |plan: *mut MLComputePlan, error: *mut NSError| {
