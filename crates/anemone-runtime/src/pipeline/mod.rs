@@ -350,11 +350,13 @@ fn check_signatures(dir: &Path, m: &Manifest) -> Result<(), PipelineError> {
         .collect();
     packages.par_iter().try_for_each(|(relative, declared)| {
         let package = dir.join(relative);
-        let program = anemone_mil::read_package(&package).map_err(|e| PipelineError::Manifest {
-            dir: dir.to_path_buf(),
-            problem: format!("cannot read {relative}: {e}"),
-        })?;
-        let problems = bundle::signature_mismatches(declared, &program);
+        // the model proto alone: the weights are not read
+        let interfaces =
+            anemone_mil::read_package_interface(&package).map_err(|e| PipelineError::Manifest {
+                dir: dir.to_path_buf(),
+                problem: format!("cannot read {relative}: {e}"),
+            })?;
+        let problems = bundle::interface_mismatches(declared, &interfaces);
         if problems.is_empty() {
             Ok(())
         } else {
