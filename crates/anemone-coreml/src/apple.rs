@@ -164,8 +164,8 @@ pub struct CoreMlPackage {
     path: PathBuf,
     compiled: PathBuf,
     models: HashMap<String, Retained<MLModel>>,
-    /// Output name → declared shape, per function.
-    outputs: HashMap<String, Vec<(String, Vec<usize>)>>,
+    /// Output name, declared shape and array type, per function.
+    outputs: HashMap<String, Vec<DeclaredOutput>>,
     /// fp16 output backings, reused across predictions, per (function, output).
     backings: Mutex<HashMap<(String, String), Retained<MLMultiArray>>>,
     /// Held around every call into Core ML with this package's models (shared by its states).
@@ -232,7 +232,10 @@ impl CoreMlPackage {
     }
 }
 
-fn declared_outputs(model: &MLModel) -> Vec<(String, Vec<usize>)> {
+/// An output as the model describes it: name, shape (empty when not a multi-array) and type.
+type DeclaredOutput = (String, Vec<usize>, MLMultiArrayDataType);
+
+fn declared_outputs(model: &MLModel) -> Vec<DeclaredOutput> {
     // SAFETY: reading the immutable description of a loaded model.
     unsafe {
         let description = model.modelDescription();
@@ -242,8 +245,9 @@ fn declared_outputs(model: &MLModel) -> Vec<(String, Vec<usize>)> {
             let Some(feature) = by_name.objectForKey(&key) else {
                 continue;
             };
-            let shape = feature
-                .multiArrayConstraint()
+            let constraint = feature.multiArrayConstraint();
+            let shape = constraint
+                .as_ref()
                 .map(|c| {
                     c.shape()
                         .to_vec()
@@ -252,7 +256,10 @@ fn declared_outputs(model: &MLModel) -> Vec<(String, Vec<usize>)> {
                         .collect()
                 })
                 .unwrap_or_default();
-            out.push((key.to_string(), shape));
+            let dtype = constraint
+                .map(|c| c.dataType())
+                .unwrap_or(MLMultiArrayDataType::Float16);
+            out.push((key.to_string(), shape, dtype));
         }
         out
     }
@@ -450,7 +457,7 @@ fn run(
             found,
         };
     for (name, buffer) in bound_out {
-        match declared.iter().find(|(output, _)| output == name) {
+        match declared.iter().find(|(output, _, _)| output == name) {
             None => {
                 return Err(CoreMlError::OutputMissing {
                     package: package.path.clone(),
@@ -458,7 +465,7 @@ fn run(
                     output: name.to_string(),
                 })
             }
-            Some((_, shape)) if !shape.is_empty() && shape != &buffer.shape => {
+            Some((_, shape, _)) if !shape.is_empty() && shape != &buffer.shape => {
                 return Err(shape_error(name, shape, buffer.shape.clone()))
             }
             Some(_) => {}
@@ -477,7 +484,7 @@ fn run(
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         let mut names = Vec::new();
         let mut arrays = Vec::new();
-        for (output, shape) in &declared {
+        for (output, shape, dtype) in &declared {
             if let Some((_, buffer)) = bound_out.iter().find(|(n, _)| n == output) {
                 names.push(NSString::from_str(output));
                 arrays.push(buffer.array.clone());
@@ -488,12 +495,12 @@ fn run(
             }
             let key = (function.to_string(), output.clone());
             if !backings.contains_key(&key) {
-                // SAFETY: a fresh fp16 array of the declared shape, owned by the package.
+                // SAFETY: a fresh array of the declared shape and type, owned by the package.
                 let array = unsafe {
                     MLMultiArray::initWithShape_dataType_error(
                         MLMultiArray::alloc(),
                         &ns_shape(shape),
-                        MLMultiArrayDataType::Float16,
+                        *dtype,
                     )
                 }
                 .map_err(|e| CoreMlError::Predict {
@@ -526,7 +533,7 @@ fn run(
         message: ns_error(&e),
     })?;
     let mut out = HashMap::new();
-    for (output, shape) in &declared {
+    for (output, shape, _) in &declared {
         // SAFETY: reading the outputs of a finished prediction.
         let value = unsafe { result.featureValueForName(&NSString::from_str(output)) };
         let array = value
