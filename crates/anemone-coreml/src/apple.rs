@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 
-use anemone_backend::{Backend, Tensor};
+use anemone_backend::{Backend, CheckedOutputs, LoadReport, Tensor};
 use anemone_mil::DType;
 use objc2::rc::Retained;
 use objc2::runtime::{AnyObject, ProtocolObject};
@@ -17,8 +17,9 @@ use objc2_core_ml::{
     MLModel, MLModelConfiguration, MLMultiArray, MLMultiArrayDataType, MLPredictionOptions,
     MLState,
 };
-use objc2_foundation::{NSArray, NSDictionary, NSError, NSNumber, NSProcessInfo, NSString, NSURL};
+use objc2_foundation::{NSDictionary, NSError, NSProcessInfo, NSString, NSURL};
 
+use crate::apple_arrays::{ns_shape, read_multiarray, to_multiarray, write_array, CoreMlBuffer};
 use crate::plan::{Device, OpPlan, PackagePlan};
 use crate::{
     cache, Availability, ComputeUnits, CoreMlError, CoreMlOptions, MIN_MACOS_PLAN,
@@ -52,7 +53,7 @@ pub(crate) fn availability() -> Availability {
     }
 }
 
-fn ns_error(e: &NSError) -> String {
+pub(crate) fn ns_error(e: &NSError) -> String {
     e.localizedDescription().to_string()
 }
 
@@ -90,13 +91,27 @@ impl CoreMlBackend {
     }
 
     /// The package compiled to `.mlmodelc`: from the cache, or compiled now (and cached unless
-    /// `no_cache`). The second value keeps a temporary compiled model alive.
-    fn compiled(&self, package: &Path) -> Result<(PathBuf, Option<PathBuf>), CoreMlError> {
-        let hash = cache::package_hash(package)?;
-        let dest = cache::compiled_path(&self.cache_root, &hash);
-        if !self.options.no_cache && dest.is_dir() {
+    /// `no_cache`), timed apart from the load. `content_key` (from a verified bundle manifest)
+    /// names the cache entry; without one the package's files are hashed. The second value
+    /// keeps a temporary compiled model alive.
+    fn compiled(
+        &self,
+        package: &Path,
+        content_key: Option<&str>,
+    ) -> Result<(PathBuf, Option<PathBuf>, LoadReport), CoreMlError> {
+        let key = match (self.options.no_cache, content_key) {
+            (true, _) => None,
+            (false, Some(key)) => Some(key.to_string()),
+            (false, None) => Some(cache::package_hash(package)?),
+        };
+        let dest = key.map(|key| cache::compiled_path(&self.cache_root, &key));
+        if let Some(dest) = dest.as_ref().filter(|d| d.is_dir()) {
             tracing::debug!(package = %package.display(), compiled = %dest.display(), "cache hit");
-            return Ok((dest, None));
+            let report = LoadReport {
+                compile_s: 0.0,
+                cache_hit: Some(true),
+            };
+            return Ok((dest.clone(), None, report));
         }
         let started = std::time::Instant::now();
         #[allow(deprecated)] // the synchronous form; the caller is not the main thread
@@ -113,17 +128,21 @@ impl CoreMlBackend {
                 package: package.to_path_buf(),
                 message: "Core ML returned a compiled model that is not a file".into(),
             })?;
+        let report = LoadReport {
+            compile_s: started.elapsed().as_secs_f64(),
+            cache_hit: Some(false),
+        };
         tracing::info!(
             package = %package.display(),
-            seconds = started.elapsed().as_secs_f64(),
+            seconds = report.compile_s,
             "compiled"
         );
-        if self.options.no_cache {
-            return Ok((compiled.clone(), Some(compiled)));
-        }
+        let Some(dest) = dest else {
+            return Ok((compiled.clone(), Some(compiled), report));
+        };
         cache::install(package, &compiled, &dest)?;
         let _ = std::fs::remove_dir_all(&compiled);
-        Ok((dest, None))
+        Ok((dest, None, report))
     }
 
     fn configuration(&self, function: Option<&str>) -> Retained<MLModelConfiguration> {
@@ -145,8 +164,8 @@ pub struct CoreMlPackage {
     path: PathBuf,
     compiled: PathBuf,
     models: HashMap<String, Retained<MLModel>>,
-    /// Output name → declared shape, per function.
-    outputs: HashMap<String, Vec<(String, Vec<usize>)>>,
+    /// Output name, declared shape and array type, per function.
+    outputs: HashMap<String, Vec<DeclaredOutput>>,
     /// fp16 output backings, reused across predictions, per (function, output).
     backings: Mutex<HashMap<(String, String), Retained<MLMultiArray>>>,
     /// Held around every call into Core ML with this package's models (shared by its states).
@@ -213,7 +232,10 @@ impl CoreMlPackage {
     }
 }
 
-fn declared_outputs(model: &MLModel) -> Vec<(String, Vec<usize>)> {
+/// An output as the model describes it: name, shape (empty when not a multi-array) and type.
+type DeclaredOutput = (String, Vec<usize>, MLMultiArrayDataType);
+
+fn declared_outputs(model: &MLModel) -> Vec<DeclaredOutput> {
     // SAFETY: reading the immutable description of a loaded model.
     unsafe {
         let description = model.modelDescription();
@@ -223,8 +245,9 @@ fn declared_outputs(model: &MLModel) -> Vec<(String, Vec<usize>)> {
             let Some(feature) = by_name.objectForKey(&key) else {
                 continue;
             };
-            let shape = feature
-                .multiArrayConstraint()
+            let constraint = feature.multiArrayConstraint();
+            let shape = constraint
+                .as_ref()
                 .map(|c| {
                     c.shape()
                         .to_vec()
@@ -233,107 +256,19 @@ fn declared_outputs(model: &MLModel) -> Vec<(String, Vec<usize>)> {
                         .collect()
                 })
                 .unwrap_or_default();
-            out.push((key.to_string(), shape));
+            let dtype = constraint
+                .map(|c| c.dataType())
+                .unwrap_or(MLMultiArrayDataType::Float16);
+            out.push((key.to_string(), shape, dtype));
         }
         out
-    }
-}
-
-fn ml_dtype(d: DType) -> Option<MLMultiArrayDataType> {
-    match d {
-        DType::F16 => Some(MLMultiArrayDataType::Float16),
-        DType::F32 => Some(MLMultiArrayDataType::Float32),
-        DType::I32 => Some(MLMultiArrayDataType::Int32),
-        _ => None,
-    }
-}
-
-fn ns_shape(shape: &[usize]) -> Retained<NSArray<NSNumber>> {
-    let numbers: Vec<Retained<NSNumber>> = shape.iter().map(|&d| NSNumber::new_usize(d)).collect();
-    NSArray::from_retained_slice(&numbers)
-}
-
-fn usizes(a: &NSArray<NSNumber>) -> Vec<usize> {
-    a.to_vec()
-        .iter()
-        .map(|n| n.integerValue().max(0) as usize)
-        .collect()
-}
-
-/// A new contiguous `MLMultiArray` holding `t`'s values in `t`'s dtype.
-fn to_multiarray(t: &Tensor) -> Result<Retained<MLMultiArray>, String> {
-    let dtype = ml_dtype(t.dtype)
-        .ok_or_else(|| format!("dtype {:?} has no Core ML array type", t.dtype))?;
-    // SAFETY: a fresh array of the declared shape and type; it is written through its own
-    // strides before anyone else sees it.
-    unsafe {
-        let array = MLMultiArray::initWithShape_dataType_error(
-            MLMultiArray::alloc(),
-            &ns_shape(&t.shape),
-            dtype,
-        )
-        .map_err(|e| ns_error(&e))?;
-        let strides = usizes(&array.strides());
-        #[allow(deprecated)]
-        let base = array.dataPointer().as_ptr();
-        for (flat, &v) in t.data.iter().enumerate() {
-            let offset = strided_offset(flat, &t.shape, &strides);
-            match t.dtype {
-                DType::F16 => *(base as *mut u16).add(offset) = half::f16::from_f32(v).to_bits(),
-                DType::F32 => *(base as *mut f32).add(offset) = v,
-                _ => *(base as *mut i32).add(offset) = v as i32,
-            }
-        }
-        Ok(array)
-    }
-}
-
-/// The element offset of row-major index `flat` of `shape` in an array with `strides`.
-fn strided_offset(flat: usize, shape: &[usize], strides: &[usize]) -> usize {
-    let mut rest = flat;
-    let mut offset = 0;
-    for (dim, stride) in shape.iter().zip(strides).rev() {
-        offset += (rest % dim.max(&1)) * stride;
-        rest /= dim.max(&1);
-    }
-    offset
-}
-
-/// An `MLMultiArray`'s values in row-major order, read through its strides (Core ML pads the
-/// last dimension of fp16 outputs on the Neural Engine).
-fn read_multiarray(a: &MLMultiArray) -> (DType, Vec<usize>, Vec<f32>) {
-    // SAFETY: reading a finished output (or our own backing after the prediction returned).
-    unsafe {
-        let shape = usizes(&a.shape());
-        let strides = usizes(&a.strides());
-        let dtype = a.dataType();
-        #[allow(deprecated)]
-        let base = a.dataPointer().as_ptr();
-        let n: usize = shape.iter().product();
-        let mut out = Vec::with_capacity(n);
-        let d = if dtype == MLMultiArrayDataType::Float16 {
-            DType::F16
-        } else if dtype == MLMultiArrayDataType::Int32 {
-            DType::I32
-        } else {
-            DType::F32
-        };
-        for flat in 0..n {
-            let o = strided_offset(flat, &shape, &strides);
-            out.push(match d {
-                DType::F16 => half::f16::from_bits(*(base as *const u16).add(o)).to_f32(),
-                DType::I32 => *(base as *const i32).add(o) as f32,
-                _ if dtype == MLMultiArrayDataType::Float64 => *(base as *const f64).add(o) as f32,
-                _ => *(base as *const f32).add(o),
-            });
-        }
-        (d, shape, out)
     }
 }
 
 impl Backend for CoreMlBackend {
     type Package = CoreMlPackage;
     type State = CoreMlState;
+    type Buffer = CoreMlBuffer;
     type Error = CoreMlError;
 
     fn name(&self) -> String {
@@ -341,6 +276,14 @@ impl Backend for CoreMlBackend {
     }
 
     fn load(&self, path: &Path) -> Result<CoreMlPackage, CoreMlError> {
+        Ok(self.load_identified(path, None)?.0)
+    }
+
+    fn load_identified(
+        &self,
+        path: &Path,
+        content_key: Option<&str>,
+    ) -> Result<(CoreMlPackage, LoadReport), CoreMlError> {
         let (major, minor, found) = os_version();
         if cfg!(target_os = "macos") && (major, minor) < MIN_MACOS_STATEFUL {
             return Err(CoreMlError::OsTooOld {
@@ -355,7 +298,7 @@ impl Backend for CoreMlBackend {
             compiled: path.to_path_buf(),
             message: format!("reading the package's functions: {e}"),
         })?;
-        let (compiled, temporary) = self.compiled(path)?;
+        let (compiled, temporary, report) = self.compiled(path, content_key)?;
         let compiled_url = url(&compiled);
         let mut models = HashMap::new();
         let mut outputs = HashMap::new();
@@ -374,7 +317,7 @@ impl Backend for CoreMlBackend {
             outputs.insert(name.clone(), declared_outputs(&model));
             models.insert(name, model);
         }
-        Ok(CoreMlPackage {
+        let package = CoreMlPackage {
             path: path.to_path_buf(),
             compiled,
             models,
@@ -382,7 +325,8 @@ impl Backend for CoreMlBackend {
             backings: Mutex::new(HashMap::new()),
             serial: Arc::new(Mutex::new(())),
             temporary,
-        })
+        };
+        Ok((package, report))
     }
 
     fn new_state(
@@ -424,121 +368,205 @@ impl Backend for CoreMlBackend {
         inputs: &HashMap<String, Tensor>,
         state: &mut CoreMlState,
     ) -> Result<HashMap<String, Tensor>, CoreMlError> {
-        let model = package.model(function)?;
-        let bad_input = |input: &str, problem: String| CoreMlError::Input {
+        run(package, function, inputs, &[], &[], state)
+    }
+
+    fn new_buffer(&self, dtype: DType, shape: &[usize]) -> Result<CoreMlBuffer, CoreMlError> {
+        CoreMlBuffer::new(dtype, shape)
+    }
+
+    fn write_buffer(&self, buffer: &mut CoreMlBuffer, values: &Tensor) -> Result<(), CoreMlError> {
+        buffer.write(values)
+    }
+
+    fn read_buffer(&self, buffer: &CoreMlBuffer) -> Result<Tensor, CoreMlError> {
+        buffer.read()
+    }
+
+    fn predict_buffers(
+        &self,
+        package: &CoreMlPackage,
+        function: &str,
+        inputs: &mut HashMap<String, Tensor>,
+        buffer_inputs: &mut [(&str, &mut CoreMlBuffer)],
+        buffer_outputs: &mut [(&str, &mut CoreMlBuffer)],
+        state: &mut CoreMlState,
+        _checked: bool,
+    ) -> Result<CheckedOutputs, CoreMlError> {
+        let bound_in: Vec<(&str, &CoreMlBuffer)> =
+            buffer_inputs.iter().map(|(n, b)| (*n, &**b)).collect();
+        let bound_out: Vec<(&str, &CoreMlBuffer)> =
+            buffer_outputs.iter().map(|(n, b)| (*n, &**b)).collect();
+        // Core ML cannot name the op that first went non-finite.
+        Ok((
+            run(package, function, inputs, &bound_in, &bound_out, state)?,
+            None,
+        ))
+    }
+}
+
+/// One prediction: `inputs` copied into new arrays, the buffers of `bound_in` given as they are
+/// (IOSurface-backed: no copy), the buffers of `bound_out` as output backings (Core ML writes
+/// the outputs into them); every other declared output comes back as a tensor.
+fn run(
+    package: &CoreMlPackage,
+    function: &str,
+    inputs: &HashMap<String, Tensor>,
+    bound_in: &[(&str, &CoreMlBuffer)],
+    bound_out: &[(&str, &CoreMlBuffer)],
+    state: &mut CoreMlState,
+) -> Result<HashMap<String, Tensor>, CoreMlError> {
+    let model = package.model(function)?;
+    let bad_input = |input: &str, problem: String| CoreMlError::Input {
+        package: package.path.clone(),
+        function: function.to_string(),
+        input: input.to_string(),
+        problem,
+    };
+    let mut keys = Vec::new();
+    let mut values = Vec::new();
+    for (name, tensor) in inputs {
+        let array = to_multiarray(tensor).map_err(|p| bad_input(name, p))?;
+        keys.push(NSString::from_str(name));
+        // SAFETY: wrapping an array we own.
+        values.push(unsafe { MLFeatureValue::featureValueWithMultiArray(&array) });
+    }
+    for (name, buffer) in bound_in {
+        keys.push(NSString::from_str(name));
+        // SAFETY: wrapping a buffer the session owns; it outlives the prediction.
+        values.push(unsafe { MLFeatureValue::featureValueWithMultiArray(&buffer.array) });
+    }
+    let key_refs: Vec<&NSString> = keys.iter().map(|k| &**k).collect();
+    let value_refs: Vec<&AnyObject> = values.iter().map(|v| &****v).collect();
+    let dict = NSDictionary::from_slices(&key_refs, &value_refs);
+    // SAFETY: a dictionary of feature values, as the initializer requires.
+    let provider = unsafe {
+        MLDictionaryFeatureProvider::initWithDictionary_error(
+            MLDictionaryFeatureProvider::alloc(),
+            &dict,
+        )
+    }
+    .map_err(|e| bad_input("(all)", ns_error(&e)))?;
+    let declared = package.outputs.get(function).cloned().unwrap_or_default();
+    let shape_error =
+        |output: &str, expected: &[usize], found: Vec<usize>| CoreMlError::OutputShape {
             package: package.path.clone(),
             function: function.to_string(),
-            input: input.to_string(),
-            problem,
+            output: output.to_string(),
+            expected: expected.to_vec(),
+            found,
         };
-        let mut keys = Vec::new();
-        let mut values = Vec::new();
-        for (name, tensor) in inputs {
-            let array = to_multiarray(tensor).map_err(|p| bad_input(name, p))?;
-            keys.push(NSString::from_str(name));
-            // SAFETY: wrapping an array we own.
-            values.push(unsafe { MLFeatureValue::featureValueWithMultiArray(&array) });
+    for (name, buffer) in bound_out {
+        match declared.iter().find(|(output, _, _)| output == name) {
+            None => {
+                return Err(CoreMlError::OutputMissing {
+                    package: package.path.clone(),
+                    function: function.to_string(),
+                    output: name.to_string(),
+                })
+            }
+            Some((_, shape, _)) if !shape.is_empty() && shape != &buffer.shape => {
+                return Err(shape_error(name, shape, buffer.shape.clone()))
+            }
+            Some(_) => {}
         }
-        let key_refs: Vec<&NSString> = keys.iter().map(|k| &**k).collect();
-        let value_refs: Vec<&AnyObject> = values.iter().map(|v| &****v).collect();
-        let dict = NSDictionary::from_slices(&key_refs, &value_refs);
-        // SAFETY: a dictionary of feature values, as the initializer requires.
-        let provider = unsafe {
-            MLDictionaryFeatureProvider::initWithDictionary_error(
-                MLDictionaryFeatureProvider::alloc(),
-                &dict,
-            )
-        }
-        .map_err(|e| bad_input("(all)", ns_error(&e)))?;
-        let declared = package.outputs.get(function).cloned().unwrap_or_default();
-        let _serial = package
-            .serial
+    }
+    let _serial = package
+        .serial
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    // SAFETY: fresh options, set before the prediction that uses them.
+    let options = unsafe { MLPredictionOptions::new() };
+    {
+        let mut backings = package
+            .backings
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let options = unsafe { MLPredictionOptions::new() };
-        {
-            let mut backings = package
-                .backings
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-            let mut names = Vec::new();
-            let mut arrays = Vec::new();
-            for (output, shape) in &declared {
-                if shape.is_empty() {
-                    continue;
-                }
-                let key = (function.to_string(), output.clone());
-                if !backings.contains_key(&key) {
-                    // SAFETY: a fresh fp16 array of the declared shape, owned by the package.
-                    let array = unsafe {
-                        MLMultiArray::initWithShape_dataType_error(
-                            MLMultiArray::alloc(),
-                            &ns_shape(shape),
-                            MLMultiArrayDataType::Float16,
-                        )
-                    }
-                    .map_err(|e| CoreMlError::Predict {
-                        package: package.path.clone(),
-                        function: function.to_string(),
-                        message: format!("output backing `{output}`: {}", ns_error(&e)),
-                    })?;
-                    backings.insert(key.clone(), array);
-                }
+        let mut names = Vec::new();
+        let mut arrays = Vec::new();
+        for (output, shape, dtype) in &declared {
+            if let Some((_, buffer)) = bound_out.iter().find(|(n, _)| n == output) {
                 names.push(NSString::from_str(output));
-                arrays.push(backings[&key].clone());
+                arrays.push(buffer.array.clone());
+                continue;
             }
-            let name_refs: Vec<&NSString> = names.iter().map(|k| &**k).collect();
-            let array_refs: Vec<&AnyObject> = arrays.iter().map(|a| &****a).collect();
-            let backing_dict = NSDictionary::from_slices(&name_refs, &array_refs);
-            // SAFETY: output name → MLMultiArray of the output's shape, as Core ML requires.
-            unsafe { options.setOutputBackings(&backing_dict) };
-        }
-        // SAFETY: the model's own state; predictions on this model are serialized above.
-        let result = unsafe {
-            model.predictionFromFeatures_usingState_options_error(
-                ProtocolObject::from_ref(&*provider),
-                &state.state,
-                &options,
-            )
-        }
-        .map_err(|e| CoreMlError::Predict {
-            package: package.path.clone(),
-            function: function.to_string(),
-            message: ns_error(&e),
-        })?;
-        let mut out = HashMap::new();
-        for (output, shape) in &declared {
-            // SAFETY: reading the outputs of a finished prediction.
-            let value = unsafe { result.featureValueForName(&NSString::from_str(output)) };
-            let array = value
-                .and_then(|v| unsafe { v.multiArrayValue() })
-                .ok_or_else(|| CoreMlError::OutputMissing {
-                    package: package.path.clone(),
-                    function: function.to_string(),
-                    output: output.clone(),
-                })?;
-            let (dtype, found, data) = read_multiarray(&array);
-            if !shape.is_empty() && &found != shape {
-                return Err(CoreMlError::OutputShape {
-                    package: package.path.clone(),
-                    function: function.to_string(),
-                    output: output.clone(),
-                    expected: shape.clone(),
-                    found,
-                });
+            if shape.is_empty() {
+                continue;
             }
-            let tensor =
-                Tensor::new(dtype, found.clone(), data).map_err(|e| CoreMlError::OutputShape {
+            let key = (function.to_string(), output.clone());
+            if !backings.contains_key(&key) {
+                // SAFETY: a fresh array of the declared shape and type, owned by the package.
+                let array = unsafe {
+                    MLMultiArray::initWithShape_dataType_error(
+                        MLMultiArray::alloc(),
+                        &ns_shape(shape),
+                        *dtype,
+                    )
+                }
+                .map_err(|e| CoreMlError::Predict {
                     package: package.path.clone(),
                     function: function.to_string(),
-                    output: format!("{output} ({e})"),
-                    expected: shape.clone(),
-                    found,
+                    message: format!("output backing `{output}`: {}", ns_error(&e)),
                 })?;
-            out.insert(output.clone(), tensor);
+                backings.insert(key.clone(), array);
+            }
+            names.push(NSString::from_str(output));
+            arrays.push(backings[&key].clone());
         }
-        Ok(out)
+        let name_refs: Vec<&NSString> = names.iter().map(|k| &**k).collect();
+        let array_refs: Vec<&AnyObject> = arrays.iter().map(|a| &****a).collect();
+        let backing_dict = NSDictionary::from_slices(&name_refs, &array_refs);
+        // SAFETY: output name → MLMultiArray of the output's shape, as Core ML requires.
+        unsafe { options.setOutputBackings(&backing_dict) };
     }
+    // SAFETY: the model's own state; predictions on this model are serialized above.
+    let result = unsafe {
+        model.predictionFromFeatures_usingState_options_error(
+            ProtocolObject::from_ref(&*provider),
+            &state.state,
+            &options,
+        )
+    }
+    .map_err(|e| CoreMlError::Predict {
+        package: package.path.clone(),
+        function: function.to_string(),
+        message: ns_error(&e),
+    })?;
+    let mut out = HashMap::new();
+    for (output, shape, _) in &declared {
+        // SAFETY: reading the outputs of a finished prediction.
+        let value = unsafe { result.featureValueForName(&NSString::from_str(output)) };
+        let array = value
+            .and_then(|v| unsafe { v.multiArrayValue() })
+            .ok_or_else(|| CoreMlError::OutputMissing {
+                package: package.path.clone(),
+                function: function.to_string(),
+                output: output.clone(),
+            })?;
+        if let Some((_, buffer)) = bound_out.iter().find(|(n, _)| n == output) {
+            if !std::ptr::eq(&*array, &*buffer.array) {
+                // Core ML declined the backing (it may, e.g. for a layout it cannot write):
+                // the values go into the buffer by the host, so the next chunk still reads them.
+                tracing::debug!(output = %output, "output backing not used; copying");
+                let (dtype, found, data) = read_multiarray(&array);
+                let tensor = Tensor::new(dtype, found.clone(), data)
+                    .map_err(|_| shape_error(output, &buffer.shape, found.clone()))?;
+                if tensor.dtype != buffer.dtype || tensor.shape != buffer.shape {
+                    return Err(shape_error(output, &buffer.shape, found));
+                }
+                write_array(&buffer.array, &tensor);
+            }
+            continue;
+        }
+        let (dtype, found, data) = read_multiarray(&array);
+        if !shape.is_empty() && &found != shape {
+            return Err(shape_error(output, shape, found));
+        }
+        let tensor = Tensor::new(dtype, found.clone(), data)
+            .map_err(|e| shape_error(&format!("{output} ({e})"), shape, found))?;
+        out.insert(output.clone(), tensor);
+    }
+    Ok(out)
 }
 
 /// The result of `MLComputePlan`'s completion handler, carried to the waiting thread.
@@ -558,7 +586,7 @@ pub fn compute_plan(package: &Path, options: &CoreMlOptions) -> Result<PackagePl
         });
     }
     let backend = CoreMlBackend::new(options.clone());
-    let (compiled, temporary) = backend.compiled(package)?;
+    let (compiled, temporary, _) = backend.compiled(package, None)?;
     let config = backend.configuration(None);
     let (tx, rx) = mpsc::channel::<PlanResult>();
     let handler = block2::RcBlock::new(move |plan: *mut MLComputePlan, error: *mut NSError| {

@@ -1,4 +1,4 @@
-//! The compiled-model cache: `<root>/<sha256 of the package>.mlmodelc`, filled atomically (a
+//! The compiled-model cache: `<root>/<content key of the package>.mlmodelc`, filled atomically (a
 //! compiled model is copied into a temporary directory beside its final name and renamed into
 //! place, so a reader never sees half of one and two writers never mix theirs).
 
@@ -29,8 +29,40 @@ pub fn default_root() -> PathBuf {
         .join("coreml")
 }
 
-/// The sha256 of a package's content: every file's path (relative, `/`-separated) and bytes, in
-/// path order. Equal packages share one compiled model wherever they sit.
+/// The content key of a package: sha256 over `path\0sha256\n` of each of its files, in path
+/// order (paths relative to the package, `/`-separated; sha256 in lower-case hex). Built from
+/// file hashes, so the same key comes from hashing the files ([`package_hash`]) or from a bundle
+/// manifest that already lists them ([`content_key_under`]). Equal packages share one compiled
+/// model wherever they sit.
+pub fn content_key<'a>(files: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
+    let mut files: Vec<(&str, &str)> = files.into_iter().collect();
+    files.sort_unstable();
+    let mut hasher = Sha256::new();
+    for (path, sha256) in files {
+        hasher.update(path.as_bytes());
+        hasher.update([0u8]);
+        hasher.update(sha256.as_bytes());
+        hasher.update(b"\n");
+    }
+    hex::encode(hasher.finalize())
+}
+
+/// The content key of the package at `package` (a path relative to the bundle, `/`-separated)
+/// from a table of the bundle's files and their sha256s: the entries under `package/`. `None`
+/// when the table lists none (then the package must be hashed).
+pub fn content_key_under<'a>(
+    files: impl IntoIterator<Item = (&'a str, &'a str)>,
+    package: &str,
+) -> Option<String> {
+    let prefix = format!("{}/", package.trim_end_matches('/'));
+    let inside: Vec<(&str, &str)> = files
+        .into_iter()
+        .filter_map(|(path, sha)| path.strip_prefix(prefix.as_str()).map(|rel| (rel, sha)))
+        .collect();
+    (!inside.is_empty()).then(|| content_key(inside))
+}
+
+/// The content key of a package read from disk: every file hashed, then [`content_key`].
 pub fn package_hash(package: &Path) -> Result<String, CoreMlError> {
     let read_err = |source| CoreMlError::Read {
         package: package.to_path_buf(),
@@ -38,13 +70,11 @@ pub fn package_hash(package: &Path) -> Result<String, CoreMlError> {
     };
     let mut files = Vec::new();
     collect(package, package, &mut files).map_err(read_err)?;
-    files.sort();
-    let mut hasher = Sha256::new();
+    let mut hashed = Vec::with_capacity(files.len());
     let mut buf = vec![0u8; 1 << 20];
-    for rel in &files {
-        hasher.update(rel.as_bytes());
-        hasher.update([0u8]);
-        let mut f = fs::File::open(package.join(rel)).map_err(read_err)?;
+    for rel in files {
+        let mut hasher = Sha256::new();
+        let mut f = fs::File::open(package.join(&rel)).map_err(read_err)?;
         loop {
             let n = f.read(&mut buf).map_err(read_err)?;
             if n == 0 {
@@ -52,9 +82,11 @@ pub fn package_hash(package: &Path) -> Result<String, CoreMlError> {
             }
             hasher.update(&buf[..n]);
         }
-        hasher.update([0u8]);
+        hashed.push((rel, hex::encode(hasher.finalize())));
     }
-    Ok(hex::encode(hasher.finalize()))
+    Ok(content_key(
+        hashed.iter().map(|(p, h)| (p.as_str(), h.as_str())),
+    ))
 }
 
 fn collect(root: &Path, dir: &Path, out: &mut Vec<String>) -> std::io::Result<()> {
@@ -148,6 +180,60 @@ mod tests {
         assert_eq!(h("a.mlpackage").len(), 64);
         let err = package_hash(&tmp.path().join("missing.mlpackage")).unwrap_err();
         assert!(err.to_string().contains("missing.mlpackage"), "{err}");
+    }
+
+    #[test]
+    fn a_manifest_gives_the_key_hashing_the_files_gives() {
+        let tmp = tempfile::tempdir().unwrap();
+        let bundle = tmp.path();
+        package(&bundle.join("chunks/c0.mlpackage"), b"1234");
+        package(&bundle.join("chunks/c1.mlpackage"), b"5678");
+        // the manifest's table: every file of the bundle by relative path
+        let sha = |p: &str| hex::encode(Sha256::digest(fs::read(bundle.join(p)).unwrap()));
+        let paths = [
+            "chunks/c0.mlpackage/Manifest.json",
+            "chunks/c0.mlpackage/Data/weights/weight.bin",
+            "chunks/c1.mlpackage/Manifest.json",
+            "chunks/c1.mlpackage/Data/weights/weight.bin",
+            "tokenizer.json",
+        ];
+        let table: Vec<(String, String)> = paths
+            .iter()
+            .map(|p| {
+                // a file outside every package (not on disk here: its hash is never read)
+                let hash = if *p == "tokenizer.json" {
+                    "0".repeat(64)
+                } else {
+                    sha(p)
+                };
+                (p.to_string(), hash)
+            })
+            .collect();
+        let rows = || table.iter().map(|(p, h)| (p.as_str(), h.as_str()));
+        for name in ["chunks/c0.mlpackage", "chunks/c1.mlpackage"] {
+            assert_eq!(
+                content_key_under(rows(), name).unwrap(),
+                package_hash(&bundle.join(name)).unwrap(),
+                "{name}"
+            );
+        }
+        assert_ne!(
+            content_key_under(rows(), "chunks/c0.mlpackage"),
+            content_key_under(rows(), "chunks/c1.mlpackage")
+        );
+        // a prefix of another package's name does not match it; an unlisted package has no key
+        assert_eq!(content_key_under(rows(), "chunks/c"), None);
+        assert_eq!(content_key_under(rows(), "chunks/c2.mlpackage"), None);
+        // a changed file hash changes the key
+        let mut edited = table.clone();
+        edited[1].1 = "f".repeat(64);
+        assert_ne!(
+            content_key_under(
+                edited.iter().map(|(p, h)| (p.as_str(), h.as_str())),
+                "chunks/c0.mlpackage"
+            ),
+            content_key_under(rows(), "chunks/c0.mlpackage")
+        );
     }
 
     #[test]

@@ -67,6 +67,12 @@ pub enum CoreMlError {
         #[source]
         source: std::io::Error,
     },
+    #[error("activation buffer {dtype} {shape:?}: {message}")]
+    Buffer {
+        dtype: String,
+        shape: Vec<usize>,
+        message: String,
+    },
     #[error("{}: compute plan: {message}", package.display())]
     Plan { package: PathBuf, message: String },
 }

@@ -15,9 +15,13 @@ pub mod plan;
 
 #[cfg(target_vendor = "apple")]
 mod apple;
+#[cfg(target_vendor = "apple")]
+mod apple_arrays;
 
 #[cfg(target_vendor = "apple")]
 pub use apple::{compute_plan, CoreMlBackend, CoreMlPackage, CoreMlState};
+#[cfg(target_vendor = "apple")]
+pub use apple_arrays::CoreMlBuffer;
 pub use error::CoreMlError;
 
 use std::path::PathBuf;
@@ -129,8 +133,35 @@ pub fn parse_version(v: &str) -> Option<(u32, u32)> {
     Some((major, minor))
 }
 
+/// The element offset of row-major index `flat` of `shape` in an array laid out with `strides`
+/// (elements): how the host reads and writes Core ML arrays whose rows are padded.
+pub fn strided_offset(flat: usize, shape: &[usize], strides: &[usize]) -> usize {
+    let mut rest = flat;
+    let mut offset = 0;
+    for (dim, stride) in shape.iter().zip(strides).rev() {
+        let dim = (*dim).max(1);
+        offset += (rest % dim) * stride;
+        rest /= dim;
+    }
+    offset
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn strided_offsets_skip_row_padding() {
+        // [1, 3, 1, 5] fp16 in an IOSurface whose rows hold 32 elements (64 bytes)
+        let (shape, strides) = ([1, 3, 1, 5], [96, 32, 32, 1]);
+        let offsets: Vec<usize> = (0..15)
+            .map(|i| strided_offset(i, &shape, &strides))
+            .collect();
+        assert_eq!(&offsets[..6], [0, 1, 2, 3, 4, 32]);
+        assert_eq!(offsets[14], 68);
+        // contiguous strides are the identity
+        let dense = [15, 5, 5, 1];
+        assert!((0..15).all(|i| strided_offset(i, &shape, &dense) == i));
+    }
+
     use super::*;
 
     #[test]

@@ -4,8 +4,8 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use anemone_backend::{Backend, CheckedOutputs, Tensor};
-use anemone_mil::Precision;
+use anemone_backend::{Backend, CheckedOutputs, Tensor, TensorError};
+use anemone_mil::{DType, Precision};
 
 use crate::error::ExecError;
 use crate::kernels::Accumulation;
@@ -68,6 +68,8 @@ impl ExecutorBackend {
 impl Backend for ExecutorBackend {
     type Package = LoadedPackage;
     type State = State;
+    /// A host tensor: buffers move in and out of a prediction without a copy.
+    type Buffer = Tensor;
     type Error = ExecError;
 
     fn name(&self) -> String {
@@ -125,6 +127,81 @@ impl Backend for ExecutorBackend {
             Some(pool) => pool.install(run)?,
             None => run()?,
         };
+        Ok((outputs, first_non_finite))
+    }
+
+    fn new_buffer(&self, dtype: DType, shape: &[usize]) -> Result<Tensor, ExecError> {
+        Ok(Tensor::new(
+            dtype,
+            shape,
+            vec![0.0; shape.iter().product()],
+        )?)
+    }
+
+    fn write_buffer(&self, buffer: &mut Tensor, values: &Tensor) -> Result<(), ExecError> {
+        if buffer.dtype != values.dtype || buffer.shape != values.shape {
+            return Err(TensorError {
+                detail: format!("writing {values} into a buffer of {buffer}"),
+            }
+            .into());
+        }
+        buffer.data.copy_from_slice(&values.data);
+        Ok(())
+    }
+
+    fn read_buffer(&self, buffer: &Tensor) -> Result<Tensor, ExecError> {
+        Ok(buffer.clone())
+    }
+
+    fn predict_buffers(
+        &self,
+        package: &LoadedPackage,
+        function: &str,
+        inputs: &mut HashMap<String, Tensor>,
+        buffer_inputs: &mut [(&str, &mut Tensor)],
+        buffer_outputs: &mut [(&str, &mut Tensor)],
+        state: &mut State,
+        checked: bool,
+    ) -> Result<CheckedOutputs, ExecError> {
+        // The buffers' tensors move into the inputs and back out: no copy.
+        for (name, buffer) in buffer_inputs.iter_mut() {
+            let placeholder = Tensor::zeros(buffer.dtype, [0]);
+            inputs.insert(
+                name.to_string(),
+                std::mem::replace(&mut **buffer, placeholder),
+            );
+        }
+        let result = if checked {
+            self.predict_checked(package, function, inputs, state)
+        } else {
+            self.predict(package, function, inputs, state)
+                .map(|outputs| (outputs, None))
+        };
+        for (name, buffer) in buffer_inputs.iter_mut() {
+            if let Some(tensor) = inputs.remove(*name) {
+                **buffer = tensor;
+            }
+        }
+        let (mut outputs, first_non_finite) = result?;
+        for (name, buffer) in buffer_outputs.iter_mut() {
+            let tensor = outputs.remove(*name).ok_or_else(|| TensorError {
+                detail: format!(
+                    "package {}: function `{function}`: no output `{name}` for its buffer",
+                    package.path().display()
+                ),
+            })?;
+            if tensor.dtype != buffer.dtype || tensor.shape != buffer.shape {
+                return Err(TensorError {
+                    detail: format!(
+                        "package {}: function `{function}`: output `{name}` is {tensor}, its \
+                         buffer {buffer}",
+                        package.path().display()
+                    ),
+                }
+                .into());
+            }
+            **buffer = tensor;
+        }
         Ok((outputs, first_non_finite))
     }
 }

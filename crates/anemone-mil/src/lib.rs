@@ -79,9 +79,12 @@ pub use ir::program::{Function, Operation, Program, ValueInfo, Var};
 pub use ir::signature::{arg, param_const_name, OpKind, Presence, Signature, Slot};
 pub use ir::tensor::TensorData;
 pub use ir::types::{DType, Precision, SpecVersion, TensorType, ValueType};
-pub use package::{is_package_dir, read_package, write_package, PackageSummary, WriteOptions};
+pub use package::{
+    is_package_dir, read_package, read_package_interface, write_package, PackageSummary,
+    WriteOptions,
+};
 pub use print::{print_function, print_program};
-pub use read::read_model_proto;
+pub use read::{read_model_interface, read_model_proto, FunctionInterface};
 pub use valid::infer::broadcast_shapes;
 pub use valid::{verify_function, verify_program};
 pub use write::{write_model_proto, ModelBytes};

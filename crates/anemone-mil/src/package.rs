@@ -204,6 +204,14 @@ fn locate(path: &Path) -> Result<(PathBuf, PathBuf)> {
     Ok((model, weights))
 }
 
+/// The function interfaces (inputs, states, outputs) of an `.mlpackage`, from its model proto
+/// alone: its weights are not read.
+pub fn read_package_interface(path: &Path) -> Result<Vec<crate::FunctionInterface>> {
+    let (model_path, _) = locate(path)?;
+    let model = fs::read(&model_path).map_err(io_err(&model_path))?;
+    crate::read_model_interface(&model_path.display().to_string(), &model)
+}
+
 /// Reads an `.mlpackage` back into a [`Program`] with its weights loaded from disk.
 pub fn read_package(path: &Path) -> Result<Program> {
     let (model_path, weights_dir) = locate(path)?;

@@ -1,13 +1,14 @@
 //! Package writing and reading: round trips, deterministic bytes, shared weights written once,
-//! refusal to overwrite, named errors on corrupt files, and golden snapshots.
+//! refusal to overwrite, named errors on corrupt files, golden snapshots, and function interfaces
+//! read from the proto alone.
 
 mod common;
 
 use std::path::Path;
 
 use anemone_mil::{
-    print_program, read_model_proto, read_package, write_model_proto, write_package, BlobFile,
-    MilError, WriteOptions,
+    print_program, read_model_proto, read_package, read_package_interface, write_model_proto,
+    write_package, BlobFile, MilError, WriteOptions,
 };
 
 fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
@@ -327,4 +328,36 @@ fn overwrite_replaces_only_a_package() {
         .map(|e| e.unwrap().file_name())
         .collect();
     assert_eq!(leftovers.len(), 1, "debris left behind: {leftovers:?}");
+}
+
+#[test]
+fn interfaces_read_from_the_proto_alone_match_the_full_read() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("kv.mlpackage");
+    write_package(
+        &common::two_function_program(),
+        &path,
+        &WriteOptions::default(),
+    )
+    .unwrap();
+    let program = read_package(&path).unwrap();
+    // the weights are not needed: the interface reads with them gone
+    let weights = path.join("Data/com.apple.CoreML/weights/weight.bin");
+    std::fs::remove_file(&weights).unwrap();
+    assert!(read_package(&path).is_err());
+    let interfaces = read_package_interface(&path).unwrap();
+    assert_eq!(interfaces.len(), 2);
+    for (f, i) in program.functions().iter().zip(&interfaces) {
+        assert_eq!(i.name, f.name());
+        let named = |v: &anemone_mil::Var| (f.value_name(*v).to_string(), f.ty(*v).clone());
+        assert_eq!(i.inputs, f.inputs().iter().map(named).collect::<Vec<_>>());
+        assert_eq!(i.outputs, f.outputs().iter().map(named).collect::<Vec<_>>());
+        assert!(
+            i.state_inputs().count() > 0,
+            "{}: the kv function has states",
+            i.name
+        );
+    }
+    let missing = read_package_interface(&tmp.path().join("none.mlpackage")).unwrap_err();
+    assert!(missing.to_string().contains("none.mlpackage"), "{missing}");
 }

@@ -49,6 +49,7 @@ fn the_report_marks_core_ml_unavailable_and_fills_in_the_rest() {
     for part in [
         &r["compute_plan"],
         &r["gate"]["coreml"],
+        &r["engine_pair"],
         &r["bench"]["coreml"],
         &r["bisect"]["coreml"],
     ] {

@@ -2,7 +2,7 @@
 //! reference; a bundle whose chunk 1 was converted from swapped K/V projections fails with exit
 //! status 1 naming chunk 1; an fp16 overflow inside a chunk is named by op; a modified bundle
 //! file is refused by its sha256; a context overflow is an error; several variants land in one
-//! JSON report and one SVG plot.
+//! JSON report and one SVG plot; `--compare` runs a second engine and reports the pair.
 
 mod support;
 use support::{anemone, fixture};
@@ -323,4 +323,63 @@ fn variants_share_one_report_and_one_plot() {
     let svg = std::fs::read_to_string(&plot).unwrap();
     assert_eq!(svg.matches("<polyline").count(), 4);
     assert!(svg.contains("b16: fp16 bundle") && svg.contains("b32: fp32 bundle"));
+}
+
+#[test]
+fn compare_runs_a_second_engine_and_reports_the_pair() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bundle = tmp.path().join("b16");
+    write_bundle(&bundle, Precision::Fp16, intact);
+    let gate = |compare: &str| {
+        let out = gate_on_fixture_prompts(
+            &[&bundle],
+            tmp.path(),
+            &[
+                "--precision",
+                "fp16",
+                "--compare",
+                compare,
+                "--steps",
+                "4",
+                // random-init weights are not fp16-friendly; this test is about the pair
+                "--min-top1",
+                "0",
+                "--min-cosine",
+                "0",
+                "--min-chunk-cosine",
+                "0",
+                "--json",
+            ],
+        );
+        assert!(out.status.success(), "{}", stderr(&out));
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()
+    };
+    // the same engine twice: the traces line up exactly
+    let same = gate("executor:fp16");
+    let pair = &same["pairs"][0];
+    assert_eq!(pair["a"], "executor-fp16");
+    assert_eq!(pair["b"], "executor-fp16");
+    assert_eq!(pair["steps"], 8, "2 prompts × 4 steps");
+    assert_eq!(pair["top1_agreement"], 1.0);
+    assert_eq!(pair["max_logits_abs_error"], 0.0);
+    assert_eq!(pair["first_divergent_chunk"], Value::Null);
+    for c in pair["chunks"].as_array().unwrap() {
+        assert_eq!(c["max_abs_error"], 0.0, "{c}");
+    }
+    // fp16 values against fp16-block sums: measurably apart, and every chunk is there
+    let report = gate("executor:fp16-acc");
+    assert_eq!(report["passed"], true);
+    assert_eq!(report["reports"][0]["backend"], "executor-fp16");
+    assert_eq!(report["compared"][0]["backend"], "executor-fp16-acc");
+    let pair = &report["pairs"][0];
+    assert_eq!(pair["a"], "executor-fp16-acc");
+    let chunks = pair["chunks"].as_array().unwrap();
+    assert_eq!(chunks.len(), 3);
+    assert!(pair["max_logits_abs_error"].as_f64().unwrap() > 0.0);
+    let last = chunks[2]["min_cosine"].as_f64().unwrap();
+    assert!(last < 1.0 && last > 0.9, "chunk 2 cosine {last}");
+    // an unknown engine is refused by name
+    let out = gate_on_fixture_prompts(&[&bundle], tmp.path(), &["--compare", "executor:fp8"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("fp8"), "{}", stderr(&out));
 }

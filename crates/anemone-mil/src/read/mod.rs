@@ -11,7 +11,10 @@ use coreml_proto::proto as pb;
 use pb::mil_spec as mil;
 use prost::Message;
 
+mod interface;
 mod ops;
+
+pub use interface::{read_model_interface, FunctionInterface};
 
 use crate::blob::BlobFile;
 use crate::builder::FunctionBuilder;

@@ -58,6 +58,21 @@ impl FunctionSignature {
             states: f.state_inputs().map(sig).collect(),
         }
     }
+
+    /// The signature of a function as its package's model proto declares it (no
+    /// descriptions).
+    pub fn of_interface(f: &anemone_mil::FunctionInterface) -> Self {
+        let sig = |(name, ty): &(String, anemone_mil::ValueType)| {
+            let t = ty.tensor();
+            TensorSignature::new(name, t.dtype, t.shape.clone(), "")
+        };
+        FunctionSignature {
+            name: f.name.clone(),
+            inputs: f.tensor_inputs().map(sig).collect(),
+            outputs: f.outputs.iter().map(sig).collect(),
+            states: f.state_inputs().map(sig).collect(),
+        }
+    }
 }
 
 fn ser_dtype<S: Serializer>(d: &DType, s: S) -> Result<S::Ok, S::Error> {

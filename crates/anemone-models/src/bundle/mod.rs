@@ -12,8 +12,8 @@ pub use manifest::{
     SCHEMA_VERSION, TOKENIZER_FILE,
 };
 pub use read::{
-    is_os_metadata, read_manifest, signature_mismatches, verify_bundle, verify_files, FileCheck,
-    Verification,
+    interface_mismatches, is_os_metadata, read_manifest, signature_mismatches, verify_bundle,
+    verify_files, FileCheck, Verification,
 };
 pub use writer::{convert, is_bundle_dir, ConvertOptions, ConvertSummary, Progress};
 

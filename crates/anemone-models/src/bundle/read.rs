@@ -182,14 +182,34 @@ pub fn signature_mismatches(
     declared: &[crate::ane::FunctionSignature],
     program: &anemone_mil::Program,
 ) -> Vec<String> {
-    use crate::ane::{FunctionSignature, TensorSignature};
-    let show = |t: &TensorSignature| format!("`{}` {} {:?}", t.name, t.dtype.mil_name(), t.shape);
-    let mut problems = Vec::new();
-    let actual: Vec<FunctionSignature> = program
+    let actual: Vec<crate::ane::FunctionSignature> = program
         .functions()
         .iter()
-        .map(|f| FunctionSignature::of_function(f, None))
+        .map(|f| crate::ane::FunctionSignature::of_function(f, None))
         .collect();
+    mismatches(declared, &actual)
+}
+
+/// [`signature_mismatches`] against the interfaces of a package's model proto
+/// ([`anemone_mil::read_package_interface`]: no weights read).
+pub fn interface_mismatches(
+    declared: &[crate::ane::FunctionSignature],
+    interfaces: &[anemone_mil::FunctionInterface],
+) -> Vec<String> {
+    let actual: Vec<crate::ane::FunctionSignature> = interfaces
+        .iter()
+        .map(crate::ane::FunctionSignature::of_interface)
+        .collect();
+    mismatches(declared, &actual)
+}
+
+fn mismatches(
+    declared: &[crate::ane::FunctionSignature],
+    actual: &[crate::ane::FunctionSignature],
+) -> Vec<String> {
+    use crate::ane::TensorSignature;
+    let show = |t: &TensorSignature| format!("`{}` {} {:?}", t.name, t.dtype.mil_name(), t.shape);
+    let mut problems = Vec::new();
     for d in declared {
         let Some(a) = actual.iter().find(|a| a.name == d.name) else {
             problems.push(format!("function `{}` is not in the package", d.name));
@@ -212,7 +232,7 @@ pub fn signature_mismatches(
             }
         }
     }
-    for a in &actual {
+    for a in actual {
         if !declared.iter().any(|d| d.name == a.name) {
             problems.push(format!("function `{}` is not in the manifest", a.name));
         }

@@ -11,6 +11,7 @@
 
 pub mod encoder;
 pub mod metrics;
+pub mod pair;
 pub mod plot;
 pub mod prompts;
 
@@ -24,6 +25,7 @@ use serde::Serialize;
 
 use crate::error::RuntimeError;
 use crate::pipeline::{Pipeline, PipelineError};
+pub use pair::{compare_traces, GateTrace, PairChunk, PairReport};
 pub use prompts::{default_prompts, read_prompts, resolve, GatePrompt, ResolvedPrompt};
 
 #[derive(Debug, thiserror::Error)]
@@ -317,6 +319,23 @@ pub fn run_gate<B: Backend>(
     options: &GateOptions,
     progress: &mut dyn FnMut(GateProgress),
 ) -> Result<GateReport, GateError> {
+    run_gate_traced(
+        pipeline, reference, prompts, tokenizer, options, progress, None,
+    )
+}
+
+/// Like [`run_gate`], also keeping in `trace` what the bundle produced at every step (logits and
+/// chunk outputs along the same forced path whatever the backend), for [`compare_traces`]
+/// between two engines.
+pub fn run_gate_traced<B: Backend>(
+    pipeline: &Pipeline<B>,
+    reference: &mut ReferenceModel,
+    prompts: &[ResolvedPrompt],
+    tokenizer: Option<&TokenizerBundle>,
+    options: &GateOptions,
+    progress: &mut dyn FnMut(GateProgress),
+    mut trace: Option<&mut GateTrace>,
+) -> Result<GateReport, GateError> {
     options.validate()?;
     check_same_model(pipeline, reference)?;
     let started = Instant::now();
@@ -439,6 +458,9 @@ pub fn run_gate<B: Backend>(
             });
             reference_ids.push(ref_top1);
             bundle_ids.push(bundle_top1);
+            if let Some(trace) = trace.as_deref_mut() {
+                trace.push(pi, step, b);
+            }
             done += 1;
             progress(GateProgress { done, total });
             match fed {

@@ -36,6 +36,9 @@ pub struct Session<'p, B: Backend> {
     pipeline: &'p Pipeline<B>,
     chunk_states: Vec<B::State>,
     head_state: Option<B::State>,
+    /// Per window width (`prefill_len`, 1): the two activation buffers chunks hand the residual
+    /// stream through (ping-pong: chunk `i` reads one and writes the other).
+    buffers: HashMap<usize, [B::Buffer; 2]>,
     position: usize,
     /// The ids fed since the last reset (LongRoPE re-encodes them at its switch).
     history: Vec<u32>,
@@ -47,6 +50,7 @@ impl<'p, B: Backend> Session<'p, B> {
             pipeline,
             chunk_states: Vec::new(),
             head_state: None,
+            buffers: HashMap::new(),
             position: 0,
             history: Vec::new(),
         };
@@ -240,29 +244,44 @@ impl<'p, B: Backend> Session<'p, B> {
             let dtype = if i.int32 { DType::I32 } else { dtype };
             inputs.insert(i.name.into(), input(i.name, dtype, i.shape, i.values)?);
         }
-        for (index, chunk) in p.chunks.iter().enumerate() {
-            inputs.insert(
-                names::HIDDEN_IN.into(),
-                input(names::HIDDEN_IN, dtype, vec![1, h, 1, t], hidden)?,
-            );
-            let state = &mut self.chunk_states[index];
-            let (mut outputs, first_non_finite) = if trace.is_some() {
-                p.backend
-                    .predict_checked(&chunk.package, function, &inputs, state)
-            } else {
-                p.backend
-                    .predict(&chunk.package, function, &inputs, state)
-                    .map(|outputs| (outputs, None))
+        let shape = [1, h, 1, t];
+        let buffers = match self.buffers.entry(t) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let new = || {
+                    p.backend
+                        .new_buffer(dtype, &shape)
+                        .map_err(|e| backend_error(&p.backend, &p.dir, "(buffer)", e))
+                };
+                e.insert([new()?, new()?])
             }
-            .map_err(|e| backend_error(&p.backend, &chunk.path, function, e))?;
-            let out = take_output(
-                &mut outputs,
-                &chunk.path,
-                function,
-                names::HIDDEN_OUT,
-                h * t,
-            )?;
+        };
+        let embedded = input(names::HIDDEN_IN, dtype, shape.to_vec(), hidden)?;
+        p.backend
+            .write_buffer(&mut buffers[0], &embedded)
+            .map_err(|e| backend_error(&p.backend, &p.dir, "(buffer)", e))?;
+        for (index, chunk) in p.chunks.iter().enumerate() {
+            let [even, odd] = buffers;
+            let (from, to) = if index % 2 == 0 {
+                (even, odd)
+            } else {
+                (odd, even)
+            };
+            let state = &mut self.chunk_states[index];
+            let (_, first_non_finite) = p
+                .backend
+                .predict_buffers(
+                    &chunk.package,
+                    function,
+                    &mut inputs,
+                    &mut [(names::HIDDEN_IN, from)],
+                    &mut [(names::HIDDEN_OUT, &mut *to)],
+                    state,
+                    trace.is_some(),
+                )
+                .map_err(|e| backend_error(&p.backend, &chunk.path, function, e))?;
             if let Some(trace) = trace.as_deref_mut() {
+                let out = read_buffer(p, to, &chunk.path, function, h * t)?;
                 for col in 0..window.len() {
                     trace.outputs[index].extend(column(&out, h, t, col));
                 }
@@ -271,9 +290,10 @@ impl<'p, B: Backend> Session<'p, B> {
                     *first = first_non_finite;
                 }
             }
-            hidden = out;
         }
-        Ok(hidden)
+        let last = &buffers[p.chunks.len() % 2];
+        let path = p.chunks.last().map_or(&p.dir, |c| &c.path);
+        read_buffer(p, last, path, function, h * t)
     }
 
     /// Logits of one hidden vector: host final norm + LM head, or the LM-head package.
@@ -371,6 +391,30 @@ fn take_output(
     })?;
     if t.data.len() != numel {
         return Err(bad(format!("{} values, expected {numel}", t.data.len())));
+    }
+    Ok(t.data)
+}
+
+/// A chunk output's values from its buffer (the host reads only these: the final hidden state,
+/// and every chunk's output when tracing).
+fn read_buffer<B: Backend>(
+    p: &Pipeline<B>,
+    buffer: &B::Buffer,
+    package: &std::path::Path,
+    function: &str,
+    numel: usize,
+) -> Result<Vec<f32>, PipelineError> {
+    let t = p
+        .backend
+        .read_buffer(buffer)
+        .map_err(|e| backend_error(&p.backend, package, function, e))?;
+    if t.data.len() != numel {
+        return Err(PipelineError::Output {
+            package: package.to_path_buf(),
+            function: function.to_string(),
+            output: names::HIDDEN_OUT.to_string(),
+            problem: format!("{} values, expected {numel}", t.data.len()),
+        });
     }
     Ok(t.data)
 }

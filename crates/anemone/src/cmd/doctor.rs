@@ -1,7 +1,8 @@
 //! `anemone doctor`: the one report a Mac user runs and sends back — the machine, Core ML's
 //! availability, and on a small real model converted on the spot: the compute plan, the gate on
-//! every available engine against the fp32 reference, speed and memory, and a bisect of layers per
-//! chunk. Where Core ML is missing its parts say why and the rest is filled in.
+//! every available engine against the fp32 reference and Core ML against the executor
+//! (`engine_pair`), speed and memory, and a bisect of layers per chunk. Where Core ML is missing
+//! its parts say why and the rest is filled in.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -137,6 +138,9 @@ pub struct Report {
     pub bisect_seconds: f64,
     pub compute_plan: Part<anemone_coreml::plan::PlanSummary>,
     pub gate: BTreeMap<String, Part<GateRow>>,
+    /// Core ML against the executor in fp16, step by step and chunk by chunk along the gate's
+    /// path (`a` the executor, `b` Core ML): where the Neural Engine departs from our model of it.
+    pub engine_pair: Part<gate::PairReport>,
     pub bench: BTreeMap<String, Part<Bench>>,
     pub bisect: BTreeMap<String, Part<BisectRows>>,
 }
@@ -252,6 +256,7 @@ pub fn run(args: DoctorArgs) -> Result<()> {
         .find(|b| b.join(anemone_models::bundle::MANIFEST_FILE).is_file());
     let compute_plan = compute_plan(bundle.as_deref(), &coreml, &args);
     let mut gates = BTreeMap::new();
+    let mut traces = std::collections::HashMap::new();
     let mut reference_model = ReferenceModel::load(
         &checkpoint,
         &ReferenceOptions {
@@ -261,21 +266,26 @@ pub fn run(args: DoctorArgs) -> Result<()> {
     )
     .context("loading the fp32 reference")?;
     for &kind in &backends {
-        let part =
-            match (&bundle, usable(kind, &coreml)) {
-                (_, false) => Part::Unavailable {
-                    reason: coreml.reason.clone().unwrap_or_default(),
+        let part = match (&bundle, usable(kind, &coreml)) {
+            (_, false) => Part::Unavailable {
+                reason: coreml.reason.clone().unwrap_or_default(),
+            },
+            (None, true) => Part::Failed {
+                error: "no bundle converted".into(),
+            },
+            (Some(b), true) => match gate_on(b, kind, &ids, &mut reference_model, &args) {
+                Ok((row, trace)) => {
+                    traces.insert(kind, (row.backend.clone(), trace));
+                    Part::Done(row)
+                }
+                Err(e) => Part::Failed {
+                    error: format!("{e:#}"),
                 },
-                (None, true) => Part::Failed {
-                    error: "no bundle converted".into(),
-                },
-                (Some(b), true) => gate_on(b, kind, &ids, &mut reference_model, &args)
-                    .unwrap_or_else(|e| Part::Failed {
-                        error: format!("{e:#}"),
-                    }),
-            };
+            },
+        };
         gates.insert(kind.name().to_string(), part);
     }
+    let engine_pair = engine_pair(&traces, checkpoint.config.hidden_size, &coreml);
     #[cfg(not(target_vendor = "apple"))]
     {
         let reason = coreml
@@ -304,6 +314,7 @@ pub fn run(args: DoctorArgs) -> Result<()> {
         bisect_seconds,
         compute_plan,
         gate: gates,
+        engine_pair,
         bench,
         bisect: bisects,
     };
@@ -409,22 +420,24 @@ struct GateTask<'a> {
 }
 
 impl PipelineTask for GateTask<'_> {
-    type Output = Result<GateRow>;
-    fn run<B: Backend>(self, pipeline: Pipeline<B>) -> Result<GateRow> {
+    type Output = Result<(GateRow, gate::GateTrace)>;
+    fn run<B: Backend>(self, pipeline: Pipeline<B>) -> Self::Output {
         let prompts = gate::resolve(&[gate::GatePrompt::ids(self.ids)], pipeline.tokenizer())?;
         let options = GateOptions {
             steps: self.steps,
             ..GateOptions::default()
         };
-        let report = gate::run_gate(
+        let mut trace = gate::GateTrace::default();
+        let report = gate::run_gate_traced(
             &pipeline,
             self.reference,
             &prompts,
             pipeline.tokenizer(),
             &options,
             &mut |_| {},
+            Some(&mut trace),
         )?;
-        Ok(GateRow {
+        let row = GateRow {
             backend: report.backend.clone(),
             passed: report.passed,
             top1_agreement: report.summary.top1_agreement,
@@ -435,17 +448,19 @@ impl PipelineTask for GateTask<'_> {
                 .iter()
                 .map(|f| format!("{}: {}", f.at, f.message))
                 .collect(),
-        })
+        };
+        Ok((row, trace))
     }
 }
 
+/// The gate of `bundle` on `kind` in fp16, and what the bundle produced along its path.
 fn gate_on(
     bundle: &Path,
     kind: BackendKind,
     ids: &[u32],
     reference: &mut ReferenceModel,
     args: &DoctorArgs,
-) -> Result<Part<GateRow>> {
+) -> Result<(GateRow, gate::GateTrace)> {
     let spinner = super::spinner(format!("gate on {kind}"));
     let choice = args
         .coreml
@@ -455,9 +470,41 @@ fn gate_on(
         reference,
         steps: args.decode_tokens.clamp(1, 8),
     };
-    let row = run_on_backend(bundle, &choice, &PipelineOptions::default(), task)??;
+    let out = run_on_backend(bundle, &choice, &PipelineOptions::default(), task)??;
     spinner.finish_and_clear();
-    Ok(Part::Done(row))
+    Ok(out)
+}
+
+/// Core ML against the executor along the gate's path, when both gates ran.
+fn engine_pair(
+    traces: &std::collections::HashMap<BackendKind, (String, gate::GateTrace)>,
+    hidden: usize,
+    coreml: &anemone_coreml::Availability,
+) -> Part<gate::PairReport> {
+    #[cfg(target_vendor = "apple")]
+    let on_coreml = traces.get(&BackendKind::CoreMl);
+    #[cfg(not(target_vendor = "apple"))]
+    let on_coreml: Option<&(String, gate::GateTrace)> = None;
+    match (traces.get(&BackendKind::Executor), on_coreml) {
+        (Some((a_name, a)), Some((b_name, b))) => {
+            let min_chunk_cosine = GateOptions::default().min_chunk_cosine;
+            match gate::compare_traces((a_name, a), (b_name, b), hidden, min_chunk_cosine) {
+                Ok(pair) => Part::Done(pair),
+                Err(e) => Part::Failed {
+                    error: e.to_string(),
+                },
+            }
+        }
+        _ if !coreml.available => Part::Unavailable {
+            reason: coreml
+                .reason
+                .clone()
+                .unwrap_or_else(anemone_coreml::unavailable_reason),
+        },
+        _ => Part::Failed {
+            error: "the gate did not run on both the executor and Core ML".into(),
+        },
+    }
 }
 
 fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
@@ -519,6 +566,19 @@ fn print_summary(r: &Report, out: Option<&Path>) {
             Part::Unavailable { reason } => println!("gate {backend}: unavailable: {reason}"),
             Part::Failed { error } => println!("gate {backend}: FAILED: {error}"),
         }
+    }
+    match &r.engine_pair {
+        Part::Done(p) => println!(
+            "{} vs {}: top-1 agree {:.3}, logits cosine min {:.6}, first divergent chunk {}",
+            p.b,
+            p.a,
+            p.top1_agreement,
+            p.min_logits_cosine,
+            p.first_divergent_chunk
+                .map_or("none".to_string(), |c| c.to_string())
+        ),
+        Part::Unavailable { reason } => println!("coreml vs executor: unavailable: {reason}"),
+        Part::Failed { error } => println!("coreml vs executor: FAILED: {error}"),
     }
     for (backend, b) in &r.bench {
         match b {

@@ -8,7 +8,7 @@ use anemone_checkpoint::Checkpoint;
 use anemone_models::reference::{ReferenceModel, ReferenceOptions};
 use anemone_runtime::backend::Arithmetic;
 use anemone_runtime::backend::{run_on_backend, BackendKind, PipelineTask};
-use anemone_runtime::gate::{self, plot, GateOptions, GateReport};
+use anemone_runtime::gate::{self, plot, GateOptions, GateReport, GateTrace, PairReport};
 use anemone_runtime::pipeline::{Pipeline, PipelineOptions};
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -27,6 +27,9 @@ use clap::Args;
 ///   anemone gate bundles/smollm2 --reference models/smollm2-135m-instruct.Q4_1.gguf
 ///   anemone gate b-naive b-layernorm b-max --reference model.gguf --json --plot depth.svg
 ///   anemone gate bundles/smollm2 --reference model.gguf --precision fp16,fp32 --steps 16
+///   anemone gate bundles/smollm2 --reference model.gguf --compare executor:fp16-acc
+///   anemone gate bundles/smollm2 --reference model.gguf --backend coreml   # (macOS) also
+///                                          # compares Core ML with the executor in fp16
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
 pub struct GateArgs {
@@ -68,6 +71,14 @@ pub struct GateArgs {
     #[command(flatten)]
     pub coreml: super::CoreMlArgs,
 
+    /// Also run every bundle on this engine (KIND[:PRECISION]: executor, executor:fp16-acc,
+    /// coreml) and compare the two engines step by step and chunk by chunk along the same
+    /// forced path: the pairwise report (`pairs` in --json) shows where they part. The compared
+    /// engine's own gate is reported (`compared`) without deciding the exit status. Default with
+    /// --backend coreml: executor:fp16 (where the Neural Engine departs from our model of it).
+    #[arg(long, value_name = "ENGINE")]
+    pub compare: Option<super::gate_compare::EngineSpec>,
+
     /// Least fraction of steps (margin ≥ --near-tie) whose top-1 agrees.
     #[arg(long, default_value_t = 1.0)]
     pub min_top1: f64,
@@ -106,10 +117,15 @@ pub struct GateArgs {
     pub min_embedding_cosine: f64,
 }
 
+/// `--json`: `passed` (every report in `reports` passed), `reports` (one per bundle and
+/// precision on --backend), `compared` (the same on the --compare engine; never decides
+/// `passed`), `pairs` (one per compared report: `a` the compared engine, `b` the gated one).
 #[derive(serde::Serialize)]
 struct JsonOutput<'a> {
     passed: bool,
     reports: &'a [GateReport],
+    compared: &'a [GateReport],
+    pairs: &'a [PairReport],
 }
 
 pub fn run(args: GateArgs) -> Result<()> {
@@ -153,7 +169,11 @@ pub fn run(args: GateArgs) -> Result<()> {
     .with_context(|| format!("loading reference {}", args.reference.display()))?;
     spinner.finish_and_clear();
 
-    let mut reports = Vec::new();
+    let kind = args.backend.unwrap_or_else(BackendKind::for_bundles);
+    let compare = args
+        .compare
+        .or_else(|| super::gate_compare::default_compare(kind));
+    let (mut reports, mut compared, mut pairs) = (Vec::new(), Vec::new(), Vec::new());
     for bundle in &args.bundles {
         let manifest = anemone_models::bundle::read_manifest(bundle)
             .with_context(|| format!("reading bundle {}", bundle.display()))?;
@@ -163,17 +183,44 @@ pub fn run(args: GateArgs) -> Result<()> {
             args.precision.clone()
         };
         for precision in precisions {
-            let report = gate_one(
+            let run = Run {
+                checkpoint: &checkpoint,
+                given: &given,
+                options: &options,
+                args: &args,
+            };
+            let (report, trace) = gate_one(
                 bundle,
+                kind,
                 precision,
-                &checkpoint,
                 &mut reference,
-                &given,
-                &options,
-                &args,
+                &run,
+                compare.is_some(),
             )?;
             if !args.json {
                 print_report(&report);
+            }
+            if let (Some(spec), Some(trace)) = (compare, trace) {
+                let (other, other_trace) = gate_one(
+                    bundle,
+                    spec.kind,
+                    spec.arithmetic,
+                    &mut reference,
+                    &run,
+                    true,
+                )?;
+                let pair = gate::compare_traces(
+                    (&other.backend, &other_trace.unwrap_or_default()),
+                    (&report.backend, &trace),
+                    manifest.config.hidden_size,
+                    options.min_chunk_cosine,
+                )
+                .with_context(|| format!("comparing engines on {}", bundle.display()))?;
+                if !args.json {
+                    super::gate_compare::print_pair(bundle, &pair);
+                }
+                compared.push(other);
+                pairs.push(pair);
             }
             reports.push(report);
         }
@@ -187,7 +234,9 @@ pub fn run(args: GateArgs) -> Result<()> {
             "{}",
             serde_json::to_string_pretty(&JsonOutput {
                 passed,
-                reports: &reports
+                reports: &reports,
+                compared: &compared,
+                pairs: &pairs,
             })?
         );
     }
@@ -209,21 +258,27 @@ pub fn run(args: GateArgs) -> Result<()> {
     Ok(())
 }
 
+/// What every gate run of one invocation shares.
+struct Run<'a> {
+    checkpoint: &'a Checkpoint,
+    given: &'a [gate::GatePrompt],
+    options: &'a GateOptions,
+    args: &'a GateArgs,
+}
+
+/// The gate of `bundle` on `kind` in `precision`; with `keep_trace`, also what the bundle
+/// produced at every step (for the pairwise comparison).
 fn gate_one(
     bundle: &Path,
+    kind: BackendKind,
     precision: Arithmetic,
-    checkpoint: &Checkpoint,
     reference: &mut ReferenceModel,
-    given: &[gate::GatePrompt],
-    options: &GateOptions,
-    args: &GateArgs,
-) -> Result<GateReport> {
+    run: &Run<'_>,
+    keep_trace: bool,
+) -> Result<(GateReport, Option<GateTrace>)> {
+    let args = run.args;
     let spinner = spinner(format!("loading {} ({precision})", bundle.display()));
-    let choice = args.coreml.choice(
-        args.backend.unwrap_or_else(BackendKind::for_bundles),
-        precision,
-        args.threads,
-    );
+    let choice = args.coreml.choice(kind, precision, args.threads);
     let pipeline_options = PipelineOptions {
         verify_hashes: !args.no_verify,
         host_threads: args.threads,
@@ -231,20 +286,21 @@ fn gate_one(
     let task = GateOnBundle {
         bundle,
         precision,
-        checkpoint,
+        checkpoint: run.checkpoint,
         reference,
-        given,
-        options,
+        given: run.given,
+        options: run.options,
         spinner,
+        keep_trace,
     };
-    let mut report = run_on_backend(bundle, &choice, &pipeline_options, task)
+    let (mut report, trace) = run_on_backend(bundle, &choice, &pipeline_options, task)
         .with_context(|| format!("opening bundle {}", bundle.display()))??;
     let name = bundle
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     report.variant = format!("{name}: {}", report.variant);
-    Ok(report)
+    Ok((report, trace))
 }
 
 /// The gate of one bundle in one precision, whatever backend runs it.
@@ -257,12 +313,13 @@ struct GateOnBundle<'a> {
     options: &'a GateOptions,
     /// Shown while the bundle loads; cleared once it is open.
     spinner: indicatif::ProgressBar,
+    keep_trace: bool,
 }
 
 impl PipelineTask for GateOnBundle<'_> {
-    type Output = Result<GateReport>;
+    type Output = Result<(GateReport, Option<GateTrace>)>;
 
-    fn run<B: Backend>(self, pipeline: Pipeline<B>) -> Result<GateReport> {
+    fn run<B: Backend>(self, pipeline: Pipeline<B>) -> Self::Output {
         self.spinner.finish_and_clear();
         let tokenizer = self.checkpoint.tokenizer.as_ref().or(pipeline.tokenizer());
         let prompts = gate::resolve(self.given, tokenizer)?;
@@ -273,11 +330,13 @@ impl PipelineTask for GateOnBundle<'_> {
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
         );
         bar.set_message(format!(
-            "gating {} ({})",
+            "gating {} ({}, {})",
             self.bundle.display(),
+            pipeline.backend().name(),
             self.precision
         ));
-        let report = gate::run_gate(
+        let mut trace = self.keep_trace.then(GateTrace::default);
+        let report = gate::run_gate_traced(
             &pipeline,
             self.reference,
             &prompts,
@@ -287,10 +346,11 @@ impl PipelineTask for GateOnBundle<'_> {
                 bar.set_length(p.total as u64);
                 bar.set_position(p.done as u64);
             },
+            trace.as_mut(),
         )
         .with_context(|| format!("gating {}", self.bundle.display()))?;
         bar.finish_and_clear();
-        Ok(report)
+        Ok((report, trace))
     }
 }
 

@@ -9,6 +9,7 @@ pub mod convert;
 pub mod doctor;
 pub mod embed;
 pub mod gate;
+pub mod gate_compare;
 pub mod gate_encoder;
 pub mod generate;
 pub mod inspect;
