@@ -383,6 +383,15 @@ impl Backend for CoreMlBackend {
         buffer.read()
     }
 
+    fn copy_position(
+        &self,
+        from: &CoreMlBuffer,
+        position: usize,
+        to: &mut CoreMlBuffer,
+    ) -> Result<(), CoreMlError> {
+        to.copy_position(from, position)
+    }
+
     fn predict_buffers(
         &self,
         package: &CoreMlPackage,
