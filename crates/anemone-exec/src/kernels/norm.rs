@@ -28,6 +28,18 @@ fn axis_offsets(shape: &[usize], axes: &[usize]) -> (Vec<usize>, Vec<usize>) {
     (enumerate(axes), enumerate(&rest))
 }
 
+/// `x.exp()`, with the arguments whose exponential rounds to +0 in f32 (below ln 2⁻¹⁵⁰ ≈
+/// −103.97) answered without the library's slow underflow path: masked attention positions
+/// (≈ −1e4) are most of a softmax row.
+#[inline]
+pub fn exp_or_zero(x: f32) -> f32 {
+    if x < -104.0 {
+        0.0
+    } else {
+        x.exp()
+    }
+}
+
 /// Softmax along `axis`, with the row maximum subtracted first.
 pub fn softmax(data: &mut [f32], shape: &[usize], axis: usize, acc: Accumulation) {
     let outer: usize = shape[..axis].iter().product();
@@ -44,7 +56,7 @@ pub fn softmax(data: &mut [f32], shape: &[usize], axis: usize, acc: Accumulation
             }
             let mut sum = 0.0f32;
             for r in row.iter_mut() {
-                *r = (*r - max).exp();
+                *r = exp_or_zero(*r - max);
                 sum += *r;
             }
             match acc {
@@ -120,4 +132,22 @@ pub fn reduce(
                 .fold(f32::NEG_INFINITY, f32::max),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::exp_or_zero;
+
+    #[test]
+    fn exp_or_zero_is_exp() {
+        let mut x = -120.0f32;
+        while x < 1.0 {
+            assert_eq!(exp_or_zero(x).to_bits(), x.exp().to_bits(), "{x}");
+            x += 0.0137;
+        }
+        for x in [-1e4f32, f32::NEG_INFINITY, -104.0, -103.97, -103.27, -87.0] {
+            assert_eq!(exp_or_zero(x).to_bits(), x.exp().to_bits(), "{x}");
+        }
+        assert!(exp_or_zero(f32::NAN).is_nan());
+    }
 }
