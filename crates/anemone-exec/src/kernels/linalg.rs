@@ -124,24 +124,10 @@ fn matvec_strided(dst: &mut [f32], a: MatRef, x: &[f32], accumulate: bool) {
             (0..k).map(|j| a.data[i * a.rs + j * a.cs] * x[j]).sum()
         }
     };
-    let dot2 = simd::dot2_f32_kernel();
     let kernel = |(t, chunk): (usize, &mut [f32])| {
-        let first = t * MATVEC_ROWS_PER_TASK;
-        let mut r = 0;
-        while r < chunk.len() {
-            let i = first + r;
-            let (v0, v1) = if a.cs == 1 && r + 1 < chunk.len() {
-                let (s0, s1) = (i * a.rs, (i + 1) * a.rs);
-                dot2(&a.data[s0..s0 + k], &a.data[s1..s1 + k], x)
-            } else {
-                (row(i), 0.0)
-            };
-            let pair = if a.cs == 1 && r + 1 < chunk.len() { 2 } else { 1 };
-            for (j, v) in [v0, v1].into_iter().take(pair).enumerate() {
-                let d = &mut chunk[r + j];
-                *d = if accumulate { *d + v } else { v };
-            }
-            r += pair;
+        for (r, d) in chunk.iter_mut().enumerate() {
+            let v = row(t * MATVEC_ROWS_PER_TASK + r);
+            *d = if accumulate { *d + v } else { v };
         }
     };
     if a.rows * k >= PARALLEL_WORK {
@@ -172,17 +158,10 @@ pub fn matvec_f16(dst: &mut [f32], w: &[half::f16], x: &[f32]) -> Result<(), Str
         return Ok(());
     }
     let dot = simd::dot_f16_kernel();
-    let dot2 = simd::dot2_f16_kernel();
     let kernel = |(t, chunk): (usize, &mut [f32])| {
-        let first = t * MATVEC_ROWS_PER_TASK;
-        let rows = &w[first * k..(first + chunk.len()) * k];
-        let mut pairs = chunk.chunks_exact_mut(2);
-        let mut wp = rows.chunks_exact(2 * k.max(1));
-        for (d, wr) in (&mut pairs).zip(&mut wp) {
-            (d[0], d[1]) = dot2(&wr[..k], &wr[k..], x);
-        }
-        if let [d] = pairs.into_remainder() {
-            *d = dot(&rows[rows.len() - k..], x);
+        for (r, d) in chunk.iter_mut().enumerate() {
+            let i = t * MATVEC_ROWS_PER_TASK + r;
+            *d = dot(&w[i * k..(i + 1) * k], x);
         }
     };
     if dst.len() * k >= PARALLEL_WORK {
