@@ -79,9 +79,10 @@ impl<'a> Frame<'a, '_> {
                     .get(state)
                     .ok_or_else(|| format!("state `{state}` is missing"))?;
                 let n: usize = shape.iter().product();
-                let data = t.data.get(offset..offset + n).ok_or_else(|| {
-                    format!("window {offset}+{n} outside state `{state}` of {t}")
-                })?;
+                let data = t
+                    .data
+                    .get(offset..offset + n)
+                    .ok_or_else(|| format!("window {offset}+{n} outside state `{state}` of {t}"))?;
                 Ok(Operand { data, shape })
             }
             _ => self.get(v).map(|t| Operand {

@@ -133,9 +133,9 @@ pub(crate) fn fuse_state_updates(f: &Function, steps: &mut [Step]) {
             if let Some(offset) = view_offset(&steps[r], state_shape) {
                 let out = steps[r].outputs[0];
                 let only_matmuls_before = !is_output[out.index()]
-                    && consumers[out.index()].iter().all(|&c| {
-                        c < next_change && matches!(steps[c].op, Op::Matmul { .. })
-                    });
+                    && consumers[out.index()]
+                        .iter()
+                        .all(|&c| c < next_change && matches!(steps[c].op, Op::Matmul { .. }));
                 if only_matmuls_before {
                     steps[r].fused = Fused::View {
                         state: name.clone(),
