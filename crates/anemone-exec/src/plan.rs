@@ -1,7 +1,7 @@
 //! Planning a function's steps once at load time: value lifetimes (what may be released or
 //! taken over after each step) and the in-place runs of KV state chains.
 
-use anemone_mil::{Function, Op, Var};
+use anemone_mil::{DType, Function, Op, Var};
 
 use crate::decompress::strides;
 use crate::package::{Fused, Step};
@@ -58,7 +58,8 @@ pub(crate) fn plan_lifetimes(f: &Function, steps: &mut [Step]) {
 ///
 /// A contiguous `slice_by_index` of a chain value whose result only matmuls read (before the
 /// chain's next update) becomes a [`Fused::View`]: those matmuls read the window of the state
-/// directly, the same values in the same layout as a copy.
+/// directly, the same values in the same layout as a copy. So does a cast of such a slice to
+/// f32 (exact) whose result only matmuls read, as fp32 programs widen their fp16 cache.
 pub(crate) fn fuse_state_updates(f: &Function, steps: &mut [Step]) {
     let n = f.values().len();
     let mut consumers: Vec<Vec<usize>> = vec![Vec::new(); n];
@@ -130,14 +131,38 @@ pub(crate) fn fuse_state_updates(f: &Function, steps: &mut [Step]) {
         }
         let state_shape = &f.tensor_type(state).shape;
         for (r, next_change) in readers {
-            if let Some(offset) = view_offset(&steps[r], state_shape) {
-                let out = steps[r].outputs[0];
-                let only_matmuls_before = !is_output[out.index()]
-                    && consumers[out.index()]
+            let Some(offset) = view_offset(&steps[r], state_shape) else {
+                continue;
+            };
+            let read_by_matmuls_only = |v: Var| {
+                !is_output[v.index()]
+                    && consumers[v.index()]
                         .iter()
-                        .all(|&c| c < next_change && matches!(steps[c].op, Op::Matmul { .. }));
-                if only_matmuls_before {
-                    steps[r].fused = Fused::View {
+                        .all(|&c| c < next_change && matches!(steps[c].op, Op::Matmul { .. }))
+            };
+            // exact widenings (to f32) of the window, read only by matmuls, are the window too
+            let out = steps[r].outputs[0];
+            let widenings: Vec<usize> = consumers[out.index()]
+                .iter()
+                .copied()
+                .filter(|&c| {
+                    matches!(
+                        steps[c].op,
+                        Op::Cast {
+                            dtype: DType::F32,
+                            ..
+                        }
+                    ) && read_by_matmuls_only(steps[c].outputs[0])
+                })
+                .collect();
+            let viewable = !is_output[out.index()]
+                && consumers[out.index()].iter().all(|&c| {
+                    widenings.contains(&c)
+                        || (c < next_change && matches!(steps[c].op, Op::Matmul { .. }))
+                });
+            if viewable {
+                for s in std::iter::once(r).chain(widenings) {
+                    steps[s].fused = Fused::View {
                         state: name.clone(),
                         offset,
                     };

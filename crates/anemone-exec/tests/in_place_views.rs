@@ -13,8 +13,9 @@ const D: usize = 4; // head dim
 const S: usize = 8; // context
 
 /// `kv [2, 1, D, S]` (K row 0, V row 1): write k, v at `pos`, then per head
-/// `out = V · (qᵀ · K)ᵀ` over the whole context and `total = Σ kv`.
-fn attention() -> Function {
+/// `out = V · (qᵀ · K)ᵀ` over the whole context and `total = Σ kv`; `widen` casts q and the
+/// slices to f32 first, as fp32 programs do.
+fn attention(widen: bool) -> Function {
     let mut f = FunctionBuilder::new("main");
     let col = |f: &mut FunctionBuilder, name: &str| {
         f.input(name, TensorType::new(DType::F16, [1, 1, D, 1]))
@@ -42,6 +43,15 @@ fn attention() -> Function {
     let vs = f
         .slice_by_index("vs", with_v, &[1, 0, 0, 0], &[2, 1, d, s], None)
         .unwrap();
+    let (q, ks, vs) = if widen {
+        (
+            f.cast("q32", q, DType::F32).unwrap(),
+            f.cast("ks32", ks, DType::F32).unwrap(),
+            f.cast("vs32", vs, DType::F32).unwrap(),
+        )
+    } else {
+        (q, ks, vs)
+    };
     let scores = f.matmul("scores", q, ks, true, false).unwrap();
     let out = f.matmul("out", vs, scores, false, true).unwrap();
     let total = f.reduce_sum("total", with_v, &[0, 1, 2, 3], false).unwrap();
@@ -53,7 +63,17 @@ fn attention() -> Function {
 
 #[test]
 fn chain_readers_and_state_windows_match_the_naive_cache() {
-    let loaded = load(vec![attention()], Precision::Fp16);
+    for (widen, precision) in [
+        (false, Precision::Fp16),
+        (true, Precision::Fp16),
+        (true, Precision::Fp32),
+    ] {
+        check(widen, precision);
+    }
+}
+
+fn check(widen: bool, precision: Precision) {
+    let loaded = load(vec![attention(widen)], precision);
     let pkg = &loaded.package;
     assert_eq!(
         pkg.in_place_state_updates("main").unwrap(),
