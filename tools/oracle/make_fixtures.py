@@ -119,6 +119,11 @@ COMMITTED = [
                 "rope_scaling": {"type": "longrope",
                                  "short_factor": [1.0, 1.1, 1.3, 1.2, 1.6, 2.0],
                                  "long_factor": [1.5, 2.5, 4.0, 7.0, 9.0, 12.0]}}),
+    # Phi-3's sliding_window on every layer, 3 < the 7-token prompt: each position sees itself
+    # and the 2 before it
+    Spec("phi3_sliding_window", "phi3", 403, hidden=48, intermediate=64, layers=2, heads=4,
+         kv_heads=2, vocab=300, rope_theta=10_000.0, tied=False, rms_eps=1e-5, eos=2,
+         extra={"sliding_window": 3, "pad_token_id": 0}),
 ]
 
 

@@ -63,6 +63,9 @@ COMMITTED = [
     # a base with Q/K/V biases, a subset of modules, fan_in_fan_out as written by some trainers
     Spec("qwen2_mha_subset", "qwen2_mha", 13, r=2, alpha=4.0,
          target_modules=["k_proj", "o_proj", "up_proj"], fan_in_fan_out=True),
+    # Phi-3's fused projections: one adapter on qkv_proj and on gate_up_proj each
+    Spec("phi3_fused", "phi3_partial_rotary", 14, r=4, alpha=8.0,
+         target_modules=["qkv_proj", "o_proj", "gate_up_proj", "down_proj"]),
 ]
 
 

@@ -73,6 +73,11 @@ pub struct DecoderConfig {
     /// from their manifests).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gemma: Option<GemmaConfig>,
+    /// Every layer sees only the last `attention_window` positions, its own included (Phi-3's
+    /// and Mistral's `sliding_window`); `None`: every earlier position (Gemma's per-layer
+    /// windows are in [`GemmaConfig`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_window: Option<usize>,
 }
 
 /// What a Gemma 3 decoder adds to the Llama layer. Its RMSNorm weights are stored as the
@@ -167,12 +172,26 @@ impl DecoderConfig {
 
     /// The sliding window of `layer` (`None`: it sees every earlier position).
     pub fn sliding_window(&self, layer: usize) -> Option<usize> {
-        let g = self.gemma.as_ref()?;
+        let Some(g) = self.gemma.as_ref() else {
+            return self.attention_window;
+        };
         g.sliding_layers
             .get(layer)
             .copied()
             .unwrap_or(false)
             .then_some(g.sliding_window)
+    }
+
+    /// The window of the model's sliding layers, if any layer slides (one window per model).
+    pub fn window(&self) -> Option<usize> {
+        match &self.gemma {
+            Some(g) => g
+                .sliding_layers
+                .iter()
+                .any(|&s| s)
+                .then_some(g.sliding_window),
+            None => self.attention_window,
+        }
     }
 
     /// The RoPE base of `layer`.
@@ -260,6 +279,14 @@ impl DecoderConfig {
                         .into(),
                 );
             }
+        }
+        if self.attention_window == Some(0) {
+            return bad("the attention window (sliding_window) must be positive".into());
+        }
+        if self.gemma.is_some() && self.attention_window.is_some() {
+            return bad(
+                "a Gemma config carries its windows per layer, not attention_window".into(),
+            );
         }
         if let Some(g) = &self.gemma {
             if g.sliding_layers.len() != self.num_hidden_layers {

@@ -391,17 +391,30 @@ pub fn apply_lora(mut checkpoint: Checkpoint, dir: &Path) -> Result<Checkpoint> 
         return Err(bad("holds no LoRA tensors".into()));
     }
 
-    // the base's linear modules: 2-D `<module>.weight` tensors, embeddings excepted
+    // the base's linear modules: 2-D `<module>.weight` tensors, embeddings excepted; modules the
+    // checkpoint stores fused (Phi-3's qkv_proj, gate_up_proj) instead of the parts they are
+    // presented as, as PEFT sees the model
+    let fused: BTreeMap<String, crate::store::FusedModule> = base
+        .fused_modules()
+        .into_iter()
+        .map(|f| (f.module.clone(), f))
+        .collect();
+    let parts: BTreeSet<&str> = fused
+        .values()
+        .flat_map(|f| f.parts.iter().map(|(p, _)| p.as_str()))
+        .collect();
     let base_modules: BTreeSet<String> = base
         .names()
         .into_iter()
         .filter_map(|n| n.strip_suffix(".weight").map(str::to_string))
         .filter(|m| {
             !m.ends_with("embed_tokens")
+                && !parts.contains(m.as_str())
                 && base
                     .info(&format!("{m}.weight"))
                     .is_some_and(|i| i.shape.len() == 2)
         })
+        .chain(fused.keys().cloned())
         .collect();
     let mut linear_kinds: Vec<String> = base_modules
         .iter()
@@ -467,11 +480,14 @@ pub fn apply_lora(mut checkpoint: Checkpoint, dir: &Path) -> Result<Checkpoint> 
     let mut pairs = BTreeMap::new();
     for (module, [a_name, b_name, saved_base]) in &found {
         let weight = format!("{module}.weight");
-        let Some(info) = base_modules
-            .contains(module)
-            .then(|| base.info(&weight))
-            .flatten()
-        else {
+        let shape = match fused.get(module) {
+            Some(f) => Some(f.shape.clone()),
+            None => base_modules
+                .contains(module)
+                .then(|| base.info(&weight).map(|i| i.shape))
+                .flatten(),
+        };
+        let Some(shape) = shape else {
             return Err(bad(format!(
                 "module `{module}` is not a linear module of the base model (the adapter was \
                  made for another base?)"
@@ -488,7 +504,7 @@ pub fn apply_lora(mut checkpoint: Checkpoint, dir: &Path) -> Result<Checkpoint> 
             (None, _) => return Err(bad(format!("module `{module}` has no lora_A"))),
             (_, None) => return Err(bad(format!("module `{module}` has no lora_B"))),
         };
-        let (out, inp) = (info.shape[0], info.shape[1]);
+        let (out, inp) = (shape[0], shape[1]);
         let a_shape = store.info(a_name).map(|i| i.shape).unwrap_or_default();
         let b_shape = store.info(b_name).map(|i| i.shape).unwrap_or_default();
         if a_shape.len() != 2 || b_shape.len() != 2 {
@@ -513,28 +529,47 @@ pub fn apply_lora(mut checkpoint: Checkpoint, dir: &Path) -> Result<Checkpoint> 
         }
         let saved_base = match saved_base {
             Some(name) => {
-                let shape = store.info(name).map(|i| i.shape).unwrap_or_default();
-                if shape != info.shape {
+                let saved = store.info(name).map(|i| i.shape).unwrap_or_default();
+                if saved != shape {
                     return Err(bad(format!(
-                        "tensor `{name}` has shape {shape:?}, the base weight is {:?} (the \
-                         adapter was made for another base model)",
-                        info.shape
+                        "tensor `{name}` has shape {saved:?}, the base weight is {shape:?} (the \
+                         adapter was made for another base model)"
                     )));
                 }
                 Some(store.load_f32(name)?)
             }
             None => None,
         };
-        pairs.insert(
-            weight,
-            LoraPair {
-                a: store.load_f32(a_name)?,
-                b: store.load_f32(b_name)?,
-                base: saved_base,
-                rank: config.rank,
-                scale: scale as f32,
-            },
-        );
+        let pair = LoraPair {
+            a: store.load_f32(a_name)?,
+            b: store.load_f32(b_name)?,
+            base: saved_base,
+            rank: config.rank,
+            scale: scale as f32,
+        };
+        match fused.get(module) {
+            // `(B·A)[rows] = B[rows]·A`: each part merges its rows of the fused update
+            Some(f) => {
+                for (part, rows) in &f.parts {
+                    let r = config.rank;
+                    pairs.insert(
+                        format!("{part}.weight"),
+                        LoraPair {
+                            a: pair.a.clone(),
+                            b: pair.b[rows.start * r..rows.end * r].to_vec(),
+                            base: pair
+                                .base
+                                .as_ref()
+                                .map(|w| w[rows.start * inp..rows.end * inp].to_vec()),
+                            ..pair.clone()
+                        },
+                    );
+                }
+            }
+            None => {
+                pairs.insert(weight, pair);
+            }
+        }
     }
     for module in &selected {
         if !found.contains_key(*module) {

@@ -24,6 +24,22 @@ pub trait TensorStore: Send + Sync {
     fn info(&self, name: &str) -> Option<TensorInfo>;
     /// The tensor as row-major f32 in its Hugging Face shape.
     fn load_f32(&self, name: &str) -> Result<Vec<f32>>;
+    /// Linear modules the checkpoint stores fused and this store presents split (Phi-3's
+    /// `qkv_proj` as `q_proj`, `k_proj`, `v_proj`): what a LoRA adapter of the fused module
+    /// merges into. None for most stores.
+    fn fused_modules(&self) -> Vec<FusedModule> {
+        Vec::new()
+    }
+}
+
+/// A fused linear module (`<prefix>.qkv_proj`) and the modules it is presented as, each with
+/// the rows of the fused weight it holds (in order, covering them all).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FusedModule {
+    pub module: String,
+    /// `[rows, in]` of the fused weight.
+    pub shape: Vec<usize>,
+    pub parts: Vec<(String, std::ops::Range<usize>)>,
 }
 
 /// Tensors held in memory: for tests, LoRA-merged weights and synthetic checkpoints.

@@ -79,13 +79,17 @@ impl Run<'_> {
         let c = &self.manifest.config;
         let dtype = self.manifest.conversion.precision.dtype();
         let mut inputs = HashMap::new();
-        for (name, shape, values) in chunk_inputs(c, CONTEXT, first, t, MASK_NEG) {
-            inputs.insert(name.to_string(), Tensor::new(dtype, shape, values).unwrap());
+        for i in chunk_inputs(c, &self.manifest.kv_layout(), first, t, MASK_NEG) {
+            let dtype = if i.int32 {
+                anemone_mil::DType::I32
+            } else {
+                dtype
+            };
+            inputs.insert(
+                i.name.to_string(),
+                Tensor::new(dtype, i.shape, i.values).unwrap(),
+            );
         }
-        inputs.insert(
-            names::POSITION.to_string(),
-            Tensor::i32(vec![1], &[first as i32]).unwrap(),
-        );
         let mut boundary = vec![x];
         for (pkg, state) in self.packages.iter().zip(&mut self.states) {
             let hidden = boundary.last().unwrap().clone();

@@ -43,6 +43,7 @@ fn tiny_checkpoint() -> Checkpoint {
         bos_token_id: None,
         eos_token_ids: vec![],
         gemma: None,
+        attention_window: None,
     };
     let mut store = MemoryStore::new();
     for (i, (name, shape)) in anemone_models::families::expected_tensors(&config)

@@ -26,6 +26,7 @@ fn config() -> DecoderConfig {
         bos_token_id: None,
         eos_token_ids: vec![],
         gemma: None,
+        attention_window: None,
     }
 }
 

@@ -296,3 +296,36 @@ fn unimplemented_adapter_features_are_refused_by_name() {
     let err = lora_err("qwen2_mha", missing.path());
     assert!(err.contains("adapter_config.json"), "{err}");
 }
+
+/// Phi-3's fused `qkv_proj` / `gate_up_proj` are the modules an adapter targets (as PEFT sees
+/// the model): the fused update `B·A` merges row-wise into the split projections; `q_proj` is
+/// not a module of a Phi-3 and is named as such.
+#[test]
+fn phi3_adapters_on_fused_projections_merge_into_their_parts() {
+    let f = fixture("phi3_fused");
+    let base = anemone_models::open_checkpoint(oracle_dir(&f.base)).unwrap();
+    let merged = apply_lora(base, &f.dir).unwrap();
+    let tensors = merged.lora.as_ref().unwrap().merged_tensors.clone();
+    for part in ["q_proj", "k_proj", "v_proj", "o_proj"] {
+        assert!(
+            tensors.contains(&format!("model.layers.1.self_attn.{part}.weight")),
+            "{tensors:?}"
+        );
+    }
+    for part in ["gate_proj", "up_proj", "down_proj"] {
+        assert!(
+            tensors.contains(&format!("model.layers.0.mlp.{part}.weight")),
+            "{tensors:?}"
+        );
+    }
+    check_against_peft(&merged, &f, "phi3_fused");
+
+    let dir = edited_adapter("phi3_fused", |c| {
+        c["target_modules"] = serde_json::json!(["q_proj"])
+    });
+    let err = lora_err("phi3_partial_rotary", dir.path());
+    assert!(
+        err.contains("target module `q_proj` matches no module") && err.contains("qkv_proj"),
+        "{err}"
+    );
+}

@@ -108,13 +108,21 @@ fn transformers4_su_layout_reads_the_same() {
 }
 
 #[test]
-fn a_sliding_window_shorter_than_the_model_caps_its_context() {
+fn a_sliding_window_shorter_than_the_model_masks_every_layer() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = copy_fixture("phi3_partial_rotary", tmp.path(), |c| {
         c.insert("sliding_window".into(), json!(96));
     });
     let c = anemone_models::open_checkpoint(&dir).unwrap().config;
-    assert_eq!(c.max_position_embeddings, 96);
+    assert_eq!(c.max_position_embeddings, 256, "the context is not capped");
+    assert_eq!(c.attention_window, Some(96));
+    assert!((0..c.num_hidden_layers).all(|l| c.sliding_window(l) == Some(96)));
+    // a window of the whole context hides nothing: no window
+    let dir = copy_fixture("phi3_longrope", tmp.path(), |c| {
+        c.insert("sliding_window".into(), json!(256));
+    });
+    let c = anemone_models::open_checkpoint(&dir).unwrap().config;
+    assert_eq!(c.attention_window, None);
 }
 
 fn open_err(dir: &Path) -> CheckpointError {
@@ -190,5 +198,116 @@ fn keys_it_does_not_implement_are_refused_by_name() {
     assert!(
         matches!(&err, CheckpointError::ShapeMismatch { name, .. } if name.ends_with("qkv_proj.weight")),
         "{err}"
+    );
+}
+
+/// `tests/fixtures/gguf/phi3_longrope.gguf`, written by llama.cpp's own `convert_hf_to_gguf.py`
+/// from the `phi3_longrope` checkpoint (`tools/oracle/make_phi3_gguf_fixture.py`).
+fn phi3_gguf() -> PathBuf {
+    anemone_testkit::repo_root().join("tests/fixtures/gguf/phi3_longrope.gguf")
+}
+
+#[test]
+fn llama_cpp_gguf_reads_as_the_hugging_face_checkpoint() {
+    let gguf = anemone_models::open_checkpoint(phi3_gguf()).unwrap();
+    let hf = anemone_models::open_checkpoint(oracle_dir("phi3_longrope")).unwrap();
+    let (g, h) = (&gguf.config, &hf.config);
+    assert_eq!(g.architecture.name(), "phi3");
+    assert_eq!(
+        (
+            g.hidden_size,
+            g.num_hidden_layers,
+            g.head_dim,
+            g.partial_rotary_dim
+        ),
+        (
+            h.hidden_size,
+            h.num_hidden_layers,
+            h.head_dim,
+            h.partial_rotary_dim
+        )
+    );
+    assert_eq!(g.partial_rotary_dim, Some(12));
+    let (gl, hl) = (g.long_rope.as_ref().unwrap(), h.long_rope.as_ref().unwrap());
+    // the GGUF stores the factors as f32
+    let f32s = |v: &[f64]| v.iter().map(|&x| x as f32).collect::<Vec<_>>();
+    assert_eq!(f32s(&gl.long_factor), f32s(&hl.long_factor));
+    assert_eq!(f32s(&gl.short_factor), f32s(&hl.short_factor));
+    assert_eq!(gl.original_max_position_embeddings, 4);
+    assert!((gl.attention_factor - hl.attention_factor).abs() < 1e-6);
+    assert_eq!(g.attention_window, None, "sliding_window 0: none");
+    for (name, _) in anemone_models::families::expected_tensors(h).unwrap() {
+        assert_eq!(
+            gguf.tensors.info(&name).unwrap().shape,
+            hf.tensors.info(&name).unwrap().shape,
+            "{name}"
+        );
+        // f32 GGUF: the split rows are the checkpoint's bit for bit
+        assert_eq!(
+            gguf.load_f32(&name).unwrap(),
+            hf.load_f32(&name).unwrap(),
+            "{name}"
+        );
+    }
+}
+
+/// The reference forward on the GGUF against llama.cpp (llama-cpp-python 0.3.36) on the same
+/// file, and against transformers on the checkpoint it was converted from, at every position of
+/// the oracle's prompt and greedy continuation.
+#[test]
+fn reference_on_the_gguf_matches_llama_cpp_and_transformers() {
+    use anemone_models::reference::{LogitsFor, ReferenceModel, ReferenceOptions};
+    let ckpt = anemone_models::open_checkpoint(phi3_gguf()).unwrap();
+    let fixture: Value = serde_json::from_slice(
+        &std::fs::read(
+            anemone_testkit::repo_root().join("tests/fixtures/gguf/phi3_longrope.llamacpp.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let ids: Vec<u32> = fixture["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap() as u32)
+        .collect();
+    let mut model = ReferenceModel::load(&ckpt, &ReferenceOptions::default()).unwrap();
+    let ours = model.forward(&ids, LogitsFor::AllPositions).unwrap();
+    let vocab = ckpt.config.vocab_size;
+    let mut worst = 0f64;
+    for (p, row) in fixture["logits"].as_array().unwrap().iter().enumerate() {
+        let want: Vec<f32> = row
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap() as f32)
+            .collect();
+        let got = &ours[p * vocab..(p + 1) * vocab];
+        assert_eq!(
+            anemone_testkit::argmax(got),
+            anemone_testkit::argmax(&want),
+            "position {p}: greedy choice vs llama.cpp"
+        );
+        for (g, w) in got.iter().zip(&want) {
+            worst = worst.max((g - w).abs() as f64);
+        }
+    }
+    eprintln!("worst |logit diff| vs llama.cpp: {worst:.2e}");
+    // llama.cpp with an f32 K/V cache (its default fp16 cache moves these logits by 2e-2)
+    assert!(worst <= 1e-3, "worst |logit diff| vs llama.cpp {worst}");
+
+    let oracle = anemone_testkit::oracle::oracle_fixture("phi3_longrope");
+    let want = anemone_backend::npy::read_f32(&oracle.logits_path())
+        .unwrap()
+        .data;
+    let prompt = oracle.prompt_ids.len();
+    let steps = oracle.greedy_ids.len();
+    assert_eq!(&ids[..prompt], oracle.prompt_ids.as_slice());
+    let got = &ours[(prompt - 1) * vocab..(prompt - 1 + steps) * vocab];
+    anemone_testkit::assert_close(
+        "vs transformers",
+        got,
+        &want,
+        anemone_testkit::Tier::F32_MODEL,
     );
 }

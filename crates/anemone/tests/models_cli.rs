@@ -244,3 +244,47 @@ fn contexts_of_2k_4k_8k_match_transformers_and_state_their_kv_memory() {
         text(&err.stderr)
     );
 }
+
+/// A Gemma 3 bundle whose sliding layers keep rings (window 4 + prefill 8 → 32 slots at context
+/// 256): `inspect` states the smaller KV state and the ring, and the bundle follows the reference
+/// past several wraps (a 100-id prompt, then forced steps).
+#[test]
+fn sliding_layer_rings_shrink_the_kv_state_and_follow_the_reference() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = fixture("gemma3_sliding_gqa2");
+    let out = tmp.path().join("ring.bundle");
+    succeed(&[
+        "convert",
+        p(&model),
+        "--out",
+        p(&out),
+        "--precision",
+        "fp32",
+        "--context",
+        "256",
+        "--prefill-len",
+        "8",
+        "--layers-per-chunk",
+        "3",
+    ]);
+    let kv = json(&succeed(&["inspect", p(&out), "--json", "--no-verify"]))["kv_state"].clone();
+    // one global layer at 256 slots, two sliding layers at 32; (K, V) × 2 KV heads × head_dim
+    // 16 held as 32 × fp16
+    let per_slot = (2 * 2 * 32 * 2) as u64;
+    assert_eq!(kv["local_kv_slots"], 32, "{kv}");
+    assert_eq!(kv["bytes"], per_slot * (256 + 2 * 32), "{kv}");
+    assert_eq!(kv["full_context_bytes"], per_slot * 3 * 256, "{kv}");
+    let report = text(&succeed(&["inspect", p(&out), "--no-verify"]).stdout);
+    assert!(report.contains("ring of 32 slots"), "{report}");
+
+    let prompt: Vec<u32> = (0..100u32).map(|i| 4 + (i * 37 + 11) % 290).collect();
+    let forced = [17, 23, 101, 5, 250];
+    let reference = forced_logits(&model, &prompt, &forced, &[]);
+    let bundle = forced_logits(&out, &prompt, &forced, &[]);
+    assert_close(
+        "ring bundle vs reference at positions 99..104",
+        &bundle.data,
+        &reference.data,
+        Tier::F32_MODEL,
+    );
+}

@@ -12,8 +12,13 @@
 //!   `2j·Hkv + g`, V at `(2j+1)·Hkv + g`), or split `k_cache`, `v_cache [N·Hkv, 1, Dp, context]`
 //!   (rows `j·Hkv + g`); fp16; rows `D..Dp` are padding, never written or read;
 //! - Gemma (sliding-window layers with their own RoPE base): also `cos_local`, `sin_local` and
-//!   `mask_local` (the same shapes; the mask also hides what left the window), which its sliding
-//!   layers read instead of `cos`, `sin`, `mask`;
+//!   `mask_local` (the mask also hides what left the window), which its sliding layers read
+//!   instead of `cos`, `sin`, `mask`;
+//! - sliding-window layers keep a ring of `slots` < context positions when the window allows
+//!   ([`KvLayout`], `super::kv`): Gemma's in their own states `kv_cache_local` (or
+//!   `k_cache_local`, `v_cache_local`) `[.., slots]` written at `position_local` (= position mod
+//!   slots) with `mask_local [1, 1, T, slots]`; a model whose every layer slides (Phi-3) holds
+//!   all its layers so, through `mask`, `position` and the ordinary states;
 //! - output: `hidden_states_out [1, hidden, 1, T]`.
 //!
 //! The states are read once at the start and written once at the end of each function.
@@ -29,7 +34,11 @@
 use anemone_checkpoint::DecoderConfig;
 use anemone_mil::{DType, FunctionBuilder, GeluMode, Program, SpecVersion, TensorType, Var};
 
+use std::collections::HashMap;
+use std::ops::Range;
+
 use super::io::rope_tables;
+use super::kv::{KvLayout, LayerGroup};
 use super::norm::rms_norm;
 use super::options::{ChunkOptions, StateLayout};
 use super::signature::{FunctionSignature, TensorSignature};
@@ -46,44 +55,75 @@ pub mod names {
     pub const SIN_LOCAL: &str = "sin_local";
     pub const MASK_LOCAL: &str = "mask_local";
     pub const POSITION: &str = "position";
+    pub const POSITION_LOCAL: &str = "position_local";
     pub const HIDDEN_OUT: &str = "hidden_states_out";
     pub const KV_CACHE: &str = "kv_cache";
     pub const K_CACHE: &str = "k_cache";
     pub const V_CACHE: &str = "v_cache";
+    pub const KV_CACHE_LOCAL: &str = "kv_cache_local";
+    pub const K_CACHE_LOCAL: &str = "k_cache_local";
+    pub const V_CACHE_LOCAL: &str = "v_cache_local";
     pub const DECODE: &str = "decode";
     pub const PREFILL: &str = "prefill";
 }
 
-/// The state tensors of a chunk of `layers` layers: `(name, shape)` in declaration order.
+/// The state tensors of a chunk holding `layers` (global indices): `(name, shape)` in
+/// declaration order. The main states hold the chunk's layers without a ring; with a ring
+/// (see [`KvLayout`]), Gemma's sliding layers get their own `*_local` states of the ring's size.
 pub fn state_shapes(
     config: &DecoderConfig,
     options: &ChunkOptions,
-    layers: usize,
+    layers: Range<usize>,
 ) -> Vec<(&'static str, Vec<usize>)> {
+    let layout = KvLayout::for_conversion(config, options);
     let dp = ChunkOptions::padded_head_dim(config.head_dim);
     let hkv = config.num_key_value_heads;
-    match options.state_layout {
-        StateLayout::Unified => vec![(
-            names::KV_CACHE,
-            vec![2 * layers * hkv, 1, dp, options.context],
-        )],
-        StateLayout::Split => vec![
-            (names::K_CACHE, vec![layers * hkv, 1, dp, options.context]),
-            (names::V_CACHE, vec![layers * hkv, 1, dp, options.context]),
-        ],
+    let mut out = Vec::new();
+    for group in [LayerGroup::Main, LayerGroup::Local] {
+        let n = layers
+            .clone()
+            .filter(|&l| layout.state_group(config, l) == group)
+            .count();
+        if n == 0 {
+            continue;
+        }
+        let slots = layout.slots(group);
+        let local = group == LayerGroup::Local;
+        match options.state_layout {
+            StateLayout::Unified => out.push((
+                if local {
+                    names::KV_CACHE_LOCAL
+                } else {
+                    names::KV_CACHE
+                },
+                vec![2 * n * hkv, 1, dp, slots],
+            )),
+            StateLayout::Split => {
+                let (k, v) = if local {
+                    (names::K_CACHE_LOCAL, names::V_CACHE_LOCAL)
+                } else {
+                    (names::K_CACHE, names::V_CACHE)
+                };
+                out.push((k, vec![n * hkv, 1, dp, slots]));
+                out.push((v, vec![n * hkv, 1, dp, slots]));
+            }
+        }
     }
+    out
 }
 
-/// The signature of one chunk function with `t` tokens.
+/// The signature of one chunk function over `layers` (global indices) with `t` tokens.
 pub fn chunk_signature(
     config: &DecoderConfig,
     options: &ChunkOptions,
-    layers: usize,
+    layers: Range<usize>,
     name: &str,
     t: usize,
 ) -> FunctionSignature {
+    let layout = KvLayout::for_conversion(config, options);
     let dt = options.precision.dtype();
-    let (h, d, ctx) = (config.hidden_size, config.head_dim, options.context);
+    let (h, d) = (config.hidden_size, config.head_dim);
+    let main_slots = layout.slots(LayerGroup::Main);
     let mut inputs = vec![
         TensorSignature::new(
             names::HIDDEN_IN,
@@ -106,17 +146,26 @@ pub fn chunk_signature(
         TensorSignature::new(
             names::MASK,
             dt,
-            vec![1, 1, t, ctx],
-            "additive attention mask over the KV slots: 0 visible, -1e4 hidden",
+            vec![1, 1, t, main_slots],
+            if layout.is_ring(LayerGroup::Main) {
+                "additive attention mask over the ring's KV slots: 0 on the window's, -1e4 elsewhere"
+            } else {
+                "additive attention mask over the KV slots: 0 visible, -1e4 hidden"
+            },
         ),
         TensorSignature::new(
             names::POSITION,
             DType::I32,
             vec![1],
-            "KV slot of the first token; position + T <= context",
+            if layout.is_ring(LayerGroup::Main) {
+                "KV slot of the first token: position mod slots; slot + T <= slots"
+            } else {
+                "KV slot of the first token; position + T <= context"
+            },
         ),
     ];
     if config.gemma.is_some() {
+        let local = LayerGroup::Local;
         inputs.extend([
             TensorSignature::new(
                 names::COS_LOCAL,
@@ -133,10 +182,22 @@ pub fn chunk_signature(
             TensorSignature::new(
                 names::MASK_LOCAL,
                 dt,
-                vec![1, 1, t, ctx],
-                "additive mask of the sliding layers: also -1e4 on slots outside the window",
+                vec![1, 1, t, layout.slots(local)],
+                if layout.is_ring(local) {
+                    "additive mask of the sliding layers over their ring's slots: 0 on the window's"
+                } else {
+                    "additive mask of the sliding layers: also -1e4 on slots outside the window"
+                },
             ),
         ]);
+        if layout.own_states(local) {
+            inputs.push(TensorSignature::new(
+                names::POSITION_LOCAL,
+                DType::I32,
+                vec![1],
+                "ring slot of the first token in the sliding layers' states: position mod slots",
+            ));
+        }
     }
     FunctionSignature {
         name: name.to_string(),
@@ -161,21 +222,28 @@ struct KvValues {
     layout: StateLayout,
     /// Current (updated) value of each state, in [`state_shapes`] order.
     current: Vec<Var>,
+    /// Index in `current` of the first state of each group (main, local).
+    first_state: [usize; 2],
     kv_heads: usize,
 }
 
 impl KvValues {
-    /// `(state index, first row)` of the K block of the chunk's `local_layer`-th layer.
-    fn k_slot(&self, local_layer: usize) -> (usize, usize) {
+    fn base(&self, group: LayerGroup) -> usize {
+        self.first_state[group as usize]
+    }
+    /// `(state index, first row)` of the K block of the `row`-th layer of its state group.
+    fn k_slot(&self, group: LayerGroup, row: usize) -> (usize, usize) {
+        let base = self.base(group);
         match self.layout {
-            StateLayout::Unified => (0, 2 * local_layer * self.kv_heads),
-            StateLayout::Split => (0, local_layer * self.kv_heads),
+            StateLayout::Unified => (base, 2 * row * self.kv_heads),
+            StateLayout::Split => (base, row * self.kv_heads),
         }
     }
-    fn v_slot(&self, local_layer: usize) -> (usize, usize) {
+    fn v_slot(&self, group: LayerGroup, row: usize) -> (usize, usize) {
+        let base = self.base(group);
         match self.layout {
-            StateLayout::Unified => (0, (2 * local_layer + 1) * self.kv_heads),
-            StateLayout::Split => (1, local_layer * self.kv_heads),
+            StateLayout::Unified => (base, (2 * row + 1) * self.kv_heads),
+            StateLayout::Split => (base + 1, row * self.kv_heads),
         }
     }
 }
@@ -209,6 +277,7 @@ pub fn build_chunk_program(
     )?)?;
     let first = layers[0].index;
     let last = layers[layers.len() - 1].index;
+    let layout = KvLayout::for_conversion(config, options);
     let meta = [
         ("anemone.kind", "decoder_chunk".to_string()),
         (
@@ -229,6 +298,11 @@ pub fn build_chunk_program(
     for (k, v) in meta {
         program.metadata.insert(k.to_string(), v);
     }
+    if let Some(slots) = layout.ring_slots {
+        program
+            .metadata
+            .insert("anemone.local_kv_slots".into(), slots.to_string());
+    }
     Ok(program)
 }
 
@@ -240,13 +314,17 @@ pub fn build_chunk_function(
     name: &str,
     t: usize,
 ) -> Result<anemone_mil::Function, AneError> {
-    let sig = chunk_signature(config, options, layers.len(), name, t);
+    let range = layers[0].index..layers[0].index + layers.len();
+    let layout = KvLayout::for_conversion(config, options);
+    let sig = chunk_signature(config, options, range.clone(), name, t);
     let mut f = FunctionBuilder::new(name);
-    let mut inputs = Vec::new();
+    let mut inputs = HashMap::new();
     for input in &sig.inputs {
-        inputs.push(f.input(&input.name, input.tensor_type())?);
+        inputs.insert(
+            input.name.as_str(),
+            f.input(&input.name, input.tensor_type())?,
+        );
     }
-    let (x, cos, sin, mask, position) = (inputs[0], inputs[1], inputs[2], inputs[3], inputs[4]);
     let mut states = Vec::new();
     for s in &sig.states {
         states.push(f.state(&s.name, s.tensor_type())?);
@@ -255,44 +333,83 @@ pub fn build_chunk_function(
     for (i, s) in states.iter().enumerate() {
         current.push(f.read_state(&format!("{}_read", sig.states[i].name), *s)?);
     }
+    let local_states = sig
+        .states
+        .iter()
+        .position(|s| s.name.ends_with("_local"))
+        .unwrap_or(sig.states.len());
     let mut kv = KvValues {
         layout: options.state_layout,
         current,
+        first_state: [0, local_states],
         kv_heads: config.num_key_value_heads,
     };
+    let input = |name: &str| {
+        inputs
+            .get(name)
+            .copied()
+            .ok_or_else(|| AneError::Unsupported {
+                problem: format!("chunk function `{name}` lacks its input `{name}`"),
+            })
+    };
+    let half = config.head_dim / 2;
     let rope = Rope {
-        cos,
-        sin,
-        half: config.head_dim / 2,
+        cos: input(names::COS)?,
+        sin: input(names::SIN)?,
+        half,
     };
     let io = LayerIo {
         rope: &rope,
-        mask,
-        position,
+        mask: input(names::MASK)?,
+        position: input(names::POSITION)?,
+        slots: layout.slots(LayerGroup::Main),
         t,
     };
-    // Gemma's sliding layers: the local RoPE tables and the windowed mask
-    let local_rope = (inputs.len() > 5).then(|| Rope {
-        cos: inputs[5],
-        sin: inputs[6],
-        half: config.head_dim / 2,
-    });
-    let local_io = local_rope.as_ref().map(|rope| LayerIo {
-        rope,
-        mask: inputs[7],
-        position,
-        t,
-    });
-    let mut hidden = x;
+    // Gemma's sliding layers: the local RoPE tables, their mask and (with a ring) write slot
+    let local_rope = match config.gemma {
+        Some(_) => Some(Rope {
+            cos: input(names::COS_LOCAL)?,
+            sin: input(names::SIN_LOCAL)?,
+            half,
+        }),
+        None => None,
+    };
+    let local_io = match &local_rope {
+        Some(rope) => Some(LayerIo {
+            rope,
+            mask: input(names::MASK_LOCAL)?,
+            position: if layout.own_states(LayerGroup::Local) {
+                input(names::POSITION_LOCAL)?
+            } else {
+                io.position
+            },
+            slots: layout.slots(LayerGroup::Local),
+            t,
+        }),
+        None => None,
+    };
+    let mut hidden = input(names::HIDDEN_IN)?;
+    let mut rows = [0usize; 2];
     for (local, layer) in layers.iter().enumerate() {
         // the last layer's residual add is the function output and carries its name
         let out_name = (local + 1 == layers.len()).then_some(names::HIDDEN_OUT);
-        let layer_io = match (config.sliding_window(layer.index), &local_io) {
-            (Some(_), Some(local_io)) => local_io,
+        let layer_io = match (layout.group(config, layer.index), &local_io) {
+            (LayerGroup::Local, Some(local_io)) => local_io,
             _ => &io,
         };
+        let group = layout.state_group(config, layer.index);
+        let row = rows[group as usize];
+        rows[group as usize] += 1;
         hidden = decoder_layer(
-            &mut f, config, options, layer, local, hidden, layer_io, &mut kv, out_name,
+            &mut f,
+            config,
+            options,
+            layer,
+            (group, row),
+            hidden,
+            layer_io,
+            &mut kv,
+            out_name,
         )?;
     }
     for (i, s) in states.iter().enumerate() {
@@ -308,6 +425,8 @@ struct LayerIo<'a> {
     rope: &'a Rope,
     mask: Var,
     position: Var,
+    /// Slots of the layer's state (the mask's last dim).
+    slots: usize,
     t: usize,
 }
 
@@ -338,7 +457,7 @@ fn decoder_layer(
     config: &DecoderConfig,
     options: &ChunkOptions,
     w: &LayerWeights,
-    local: usize,
+    (state_group, state_row): (LayerGroup, usize),
     x: Var,
     io: &LayerIo,
     kv: &mut KvValues,
@@ -348,6 +467,7 @@ fn decoder_layer(
         rope,
         mask,
         position,
+        slots,
         t,
     } = *io;
     let p = format!("l{}", w.index);
@@ -421,8 +541,10 @@ fn decoder_layer(
         &[4],
         &[hkv as i32, 1, d as i32, t as i32],
     )?;
-    for (kind, value, (state, row)) in [("k", k16, kv.k_slot(local)), ("v", v16, kv.v_slot(local))]
-    {
+    for (kind, value, (state, row)) in [
+        ("k", k16, kv.k_slot(state_group, state_row)),
+        ("v", v16, kv.v_slot(state_group, state_row)),
+    ] {
         let head = f.const_i32(&format!("{p}_{kind}_begin_head"), &[3], &[row as i32, 0, 0])?;
         let begin = f.concat(&format!("{p}_{kind}_begin"), &[head, position], 0)?;
         let end = f.add(&format!("{p}_{kind}_end"), begin, extent)?;
@@ -435,8 +557,8 @@ fn decoder_layer(
         )?;
     }
 
-    // per KV head: its K and V over the whole context; per query head: scores, softmax, values
-    let ctx = options.context as i64;
+    // per KV head: its K and V over every slot; per query head: scores, softmax, values
+    let ctx = slots as i64;
     let q_heads = f.split(&format!("{p}_q_split"), q, &vec![1; hq], 0)?;
     let mut outputs = Vec::with_capacity(hq);
     for g in 0..hkv {
@@ -455,8 +577,8 @@ fn decoder_layer(
                 Ok(f.cast(&format!("{p}_{kind}{g}_{}", dtype.mil_name()), s, dtype)?)
             }
         };
-        let kg = read("k", kv.k_slot(local))?;
-        let vg = read("v", kv.v_slot(local))?;
+        let kg = read("k", kv.k_slot(state_group, state_row))?;
+        let vg = read("v", kv.v_slot(state_group, state_row))?;
         // query heads g·group .. (g+1)·group share KV head g
         for (head, &q_head) in q_heads.iter().enumerate().skip(g * group).take(group) {
             let hp = format!("{p}_h{head}");
@@ -593,6 +715,7 @@ mod tests {
             bos_token_id: None,
             eos_token_ids: vec![],
             gemma: None,
+            attention_window: None,
         }
     }
 

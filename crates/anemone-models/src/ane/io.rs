@@ -5,8 +5,9 @@
 use anemone_checkpoint::DecoderConfig;
 
 use super::decoder::names;
+use super::kv::{KvLayout, LayerGroup};
 pub use crate::attention::causal_mask;
-use crate::attention::sliding_mask;
+use crate::attention::{ring_mask, sliding_mask};
 
 /// Inverse frequencies (see `crate::rope`), in f32 like the reference forward and transformers.
 pub fn inv_freq(config: &DecoderConfig) -> Vec<f32> {
@@ -33,37 +34,72 @@ pub fn rope_tables(config: &DecoderConfig, positions: &[usize]) -> (Vec<f32>, Ve
     )
 }
 
-/// Every host-built input of a chunk function with `t` tokens written at `first..` except
-/// `hidden_states` and `position`: `(name, shape, values)` for `cos`, `sin`, `mask` and, for a
-/// model with sliding-window layers (Gemma), `cos_local`, `sin_local`, `mask_local`.
+/// One host-built input of a chunk function.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChunkInput {
+    pub name: &'static str,
+    pub shape: Vec<usize>,
+    pub values: Vec<f32>,
+    /// An int32 input (a write slot); else a float input of the bundle precision.
+    pub int32: bool,
+}
+
+/// Every host-built input of a chunk function with `t` tokens at positions `first..` except
+/// `hidden_states`: `cos`, `sin`, `mask` and `position`, and for Gemma `cos_local`, `sin_local`,
+/// `mask_local` (and `position_local` when its sliding layers keep a ring). Masks and slots
+/// follow `layout` (see [`KvLayout`]).
 pub fn chunk_inputs(
     config: &DecoderConfig,
-    context: usize,
+    layout: &KvLayout,
     first: usize,
     t: usize,
     mask_value: f32,
-) -> Vec<(&'static str, Vec<usize>, Vec<f32>)> {
+) -> Vec<ChunkInput> {
     let positions: Vec<usize> = (first..first + t).collect();
     let d = config.head_dim;
+    let float = |name, shape, values| ChunkInput {
+        name,
+        shape,
+        values,
+        int32: false,
+    };
+    let slot = |name, group| ChunkInput {
+        name,
+        shape: vec![1],
+        values: vec![layout.slot(group, first) as f32],
+        int32: true,
+    };
+    let mask = |group: LayerGroup| {
+        let slots = layout.slots(group);
+        match (layout.window, layout.is_ring(group)) {
+            (Some(w), true) => ring_mask(slots, first, t, w, mask_value),
+            (Some(w), false) if group == LayerGroup::Local || !layout.local_group => {
+                sliding_mask(slots, first, t, w, mask_value)
+            }
+            _ => causal_mask(slots, first, t, mask_value),
+        }
+    };
     let (cos, sin) = rope_tables(config, &positions);
+    let main = LayerGroup::Main;
     let mut out = vec![
-        (names::COS, vec![1, 1, d, t], cos),
-        (names::SIN, vec![1, 1, d, t], sin),
-        (
-            names::MASK,
-            vec![1, 1, t, context],
-            causal_mask(context, first, t, mask_value),
-        ),
+        float(names::COS, vec![1, 1, d, t], cos),
+        float(names::SIN, vec![1, 1, d, t], sin),
+        float(names::MASK, vec![1, 1, t, layout.slots(main)], mask(main)),
+        slot(names::POSITION, main),
     ];
     if let Some(g) = &config.gemma {
+        let local = LayerGroup::Local;
         let (cos, sin) = tables(d, &inv_freq_of(d, g.rope_local_theta), 1.0, &positions);
-        out.push((names::COS_LOCAL, vec![1, 1, d, t], cos));
-        out.push((names::SIN_LOCAL, vec![1, 1, d, t], sin));
-        out.push((
+        out.push(float(names::COS_LOCAL, vec![1, 1, d, t], cos));
+        out.push(float(names::SIN_LOCAL, vec![1, 1, d, t], sin));
+        out.push(float(
             names::MASK_LOCAL,
-            vec![1, 1, t, context],
-            sliding_mask(context, first, t, g.sliding_window, mask_value),
+            vec![1, 1, t, layout.slots(local)],
+            mask(local),
         ));
+        if layout.own_states(local) {
+            out.push(slot(names::POSITION_LOCAL, local));
+        }
     }
     out
 }

@@ -6,6 +6,7 @@
 
 pub mod decoder;
 pub mod io;
+pub mod kv;
 pub mod lint;
 pub mod lm_head;
 pub mod norm;
@@ -15,6 +16,7 @@ pub mod signature;
 pub mod weights;
 
 pub use decoder::{build_chunk_program, chunk_signature, names, state_shapes};
+pub use kv::{KvLayout, LayerGroup};
 pub use lint::{lint_program, Finding, Severity};
 pub use options::{ChunkOptions, LmHeadPlacement, NormForm, Precision, StateLayout};
 pub use plan::{plan_chunks, ChunkSizing};

@@ -68,6 +68,12 @@ pub struct Conversion {
     pub state_head_dim: usize,
     /// Additive mask value for hidden slots.
     pub mask_value: f32,
+    /// Slots of the sliding-window layers' ring-buffer KV states (position `p` in slot
+    /// `p mod slots`; `crate::ane::kv`). Absent: they keep full-context states with a sliding
+    /// mask (every bundle written before rings, and models whose window plus prefill length
+    /// reaches the context).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_kv_slots: Option<usize>,
 }
 
 /// One decoder chunk package.
@@ -137,25 +143,49 @@ pub struct KvStateMemory {
     /// head_dim as the state holds it, and the model's.
     pub state_head_dim: usize,
     pub head_dim: usize,
+    /// Slots of the sliding-window layers' rings (absent: every layer holds the full context).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_kv_slots: Option<usize>,
+    /// What the states would take with every layer at full context (equal to `bytes` without
+    /// rings).
+    pub full_context_bytes: u64,
 }
 
 impl Manifest {
+    /// The KV geometry the chunks were built with.
+    pub fn kv_layout(&self) -> crate::ane::KvLayout {
+        crate::ane::KvLayout::new(
+            &self.config,
+            self.conversion.context,
+            self.conversion.local_kv_slots,
+        )
+    }
+
     /// The KV-state memory of one session of this bundle (see [`KvStateMemory`]).
     pub fn kv_state_memory(&self) -> KvStateMemory {
-        let bytes: u64 = self
-            .chunks
-            .iter()
-            .filter_map(|c| c.functions.first())
-            .flat_map(|f| &f.states)
-            .map(|s| (s.shape.iter().product::<usize>() * s.dtype.bits() / 8) as u64)
-            .sum();
+        let states = || {
+            self.chunks
+                .iter()
+                .filter_map(|c| c.functions.first())
+                .flat_map(|f| &f.states)
+        };
+        let bytes_of = |s: &crate::ane::TensorSignature, slots: usize| {
+            (s.shape[..s.shape.len() - 1].iter().product::<usize>() * slots * s.dtype.bits() / 8)
+                as u64
+        };
         let context = self.conversion.context;
+        let bytes: u64 = states()
+            .map(|s| bytes_of(s, s.shape.last().copied().unwrap_or(0)))
+            .sum();
+        let full_context_bytes = states().map(|s| bytes_of(s, context)).sum();
         KvStateMemory {
             bytes,
             bytes_per_token: bytes / context.max(1) as u64,
             context,
             state_head_dim: self.conversion.state_head_dim,
             head_dim: self.config.head_dim,
+            local_kv_slots: self.conversion.local_kv_slots,
+            full_context_bytes,
         }
     }
 

@@ -235,7 +235,7 @@ fn write_contents(
                 } else {
                     copts.prefill_len
                 };
-                let described = chunk_signature(config, copts, range.len(), f.name(), t);
+                let described = chunk_signature(config, copts, range.clone(), f.name(), t);
                 FunctionSignature::of_function(f, Some(&described))
             })
             .collect();
@@ -296,6 +296,7 @@ fn write_contents(
             lm_head: options.lm_head,
             state_head_dim: ChunkOptions::padded_head_dim(config.head_dim),
             mask_value: ane::options::MASK_NEG,
+            local_kv_slots: ane::KvLayout::for_conversion(config, copts).ring_slots,
         },
         chunks,
         lm_head,

@@ -73,7 +73,8 @@ impl Family for Gemma3 {
     }
 
     fn hf_model_types(&self) -> &'static [&'static str] {
-        &["gemma3_text"]
+        // gemma3: the multimodal model, converted as its text decoder
+        &["gemma3_text", "gemma3"]
     }
 
     fn gguf_architecture(&self) -> &'static str {
@@ -81,97 +82,19 @@ impl Family for Gemma3 {
     }
 
     fn config_from_hf(&self, f: &JsonFields) -> Result<DecoderConfig> {
-        match f.str_opt("hidden_activation")?.or(f.str_opt("hidden_act")?) {
-            None | Some("gelu_pytorch_tanh") => {}
-            Some(other) => {
-                return Err(f.unsupported(
-                    "hidden_activation",
-                    format!("`{other}` (only gelu_pytorch_tanh)"),
-                ))
-            }
+        if f.str_opt("model_type")? == Some("gemma3") {
+            let text = super::gemma3_multimodal::text_config(f)?;
+            return text_config_from_hf(&JsonFields::new(f.path, &text)?);
         }
-        for key in ["attn_logit_softcapping", "final_logit_softcapping"] {
-            if f.get(key).is_some_and(|v| !v.is_null()) {
-                return Err(f.unsupported(key, "logit soft-capping (not implemented)"));
-            }
-        }
-        if f.bool_opt("use_bidirectional_attention")?.unwrap_or(false) {
-            return Err(f.unsupported(
-                "use_bidirectional_attention",
-                "true (an encoder-style Gemma)",
-            ));
-        }
-        let layers = f.positive("num_hidden_layers")?;
-        let sliding_layers = match f.get("layer_types") {
-            Some(types) => {
-                let types = types
-                    .as_array()
-                    .ok_or_else(|| f.bad("layer_types", "expected a list of strings"))?;
-                if types.len() != layers {
-                    return Err(f.bad(
-                        "layer_types",
-                        format!("{} entries for {layers} layers", types.len()),
-                    ));
-                }
-                types
-                    .iter()
-                    .enumerate()
-                    .map(|(i, t)| match t.as_str() {
-                        Some("sliding_attention") => Ok(true),
-                        Some("full_attention") => Ok(false),
-                        Some(other) => {
-                            Err(f.unsupported("layer_types", format!("`{other}` for layer {i}")))
-                        }
-                        None => Err(f.bad("layer_types", format!("layer {i}: expected a string"))),
-                    })
-                    .collect::<Result<Vec<_>>>()?
-            }
-            None => {
-                let pattern = match f.usize_opt("sliding_window_pattern")? {
-                    Some(0) => return Err(f.bad("sliding_window_pattern", "must be positive")),
-                    Some(p) => p,
-                    None => DEFAULT_SLIDING_WINDOW_PATTERN,
-                };
-                pattern_layers(layers, pattern)
-            }
-        };
-        let (rope_theta, rope_local_theta) = rope_bases(f)?;
-        let query_pre_attn_scalar = f
-            .f64_opt("query_pre_attn_scalar")?
-            .unwrap_or(DEFAULT_QUERY_PRE_ATTN_SCALAR);
-        let sliding_window = match f.usize_opt("sliding_window")? {
-            Some(0) => return Err(f.bad("sliding_window", "must be positive")),
-            Some(w) => w,
-            None if sliding_layers.iter().any(|&s| s) => {
-                return Err(f.bad("sliding_window", "missing, and some layers are sliding"))
-            }
-            None => 1,
-        };
+        text_config_from_hf(f)
+    }
 
-        // The rest is the Llama layout: parse it with the Gemma keys hidden.
-        let mut map = f.object.clone();
-        for key in GEMMA_KEYS {
-            map.remove(*key);
-        }
-        let rest = Value::Object(map);
-        let rest_fields = JsonFields::new(f.path, &rest)?;
-        let rules = HfRules {
-            architecture: NAME,
-            head_dim: HeadDimDefault::Fixed(DEFAULT_HEAD_DIM),
-            attention_bias: AttentionBias::Field,
-            qk_norm: true,
-        };
-        let mut config = hf_config::parse(&rest_fields, &rules)?;
-        config.rope_theta = rope_theta;
-        config.tie_word_embeddings = f.bool_opt("tie_word_embeddings")?.unwrap_or(true);
-        config.gemma = Some(GemmaConfig {
-            query_pre_attn_scalar,
-            sliding_window,
-            sliding_layers,
-            rope_local_theta,
-            residual_scale: 1.0,
-        });
-        Ok(config)
+    fn adapt_hf_tensors(
+        &self,
+        store: Box<dyn TensorStore>,
+        _config: &DecoderConfig,
+    ) -> Result<Box<dyn TensorStore>> {
+        Ok(super::gemma3_multimodal::language_model(store).unwrap_or_else(|text| text))
     }
 
     fn config_from_gguf(
@@ -183,6 +106,8 @@ impl Family for Gemma3 {
             architecture: NAME,
             key_prefix: NAME,
             qk_norm: true,
+            partial_rotary: false,
+            min_tensors_per_layer: gguf_config::MIN_TENSORS_PER_LAYER,
         };
         let mut config = gguf_config::parse(file, &rules, tokenizer)?;
         let meta = &file.metadata;
@@ -249,6 +174,101 @@ impl Family for Gemma3 {
             ..checkpoint
         }
     }
+}
+
+/// A `gemma3_text` config (also the `text_config` of a multimodal one).
+fn text_config_from_hf(f: &JsonFields) -> Result<DecoderConfig> {
+    match f.str_opt("hidden_activation")?.or(f.str_opt("hidden_act")?) {
+        None | Some("gelu_pytorch_tanh") => {}
+        Some(other) => {
+            return Err(f.unsupported(
+                "hidden_activation",
+                format!("`{other}` (only gelu_pytorch_tanh)"),
+            ))
+        }
+    }
+    for key in ["attn_logit_softcapping", "final_logit_softcapping"] {
+        if f.get(key).is_some_and(|v| !v.is_null()) {
+            return Err(f.unsupported(key, "logit soft-capping (not implemented)"));
+        }
+    }
+    if f.bool_opt("use_bidirectional_attention")?.unwrap_or(false) {
+        return Err(f.unsupported(
+            "use_bidirectional_attention",
+            "true (an encoder-style Gemma)",
+        ));
+    }
+    let layers = f.positive("num_hidden_layers")?;
+    let sliding_layers = match f.get("layer_types") {
+        Some(types) => {
+            let types = types
+                .as_array()
+                .ok_or_else(|| f.bad("layer_types", "expected a list of strings"))?;
+            if types.len() != layers {
+                return Err(f.bad(
+                    "layer_types",
+                    format!("{} entries for {layers} layers", types.len()),
+                ));
+            }
+            types
+                .iter()
+                .enumerate()
+                .map(|(i, t)| match t.as_str() {
+                    Some("sliding_attention") => Ok(true),
+                    Some("full_attention") => Ok(false),
+                    Some(other) => {
+                        Err(f.unsupported("layer_types", format!("`{other}` for layer {i}")))
+                    }
+                    None => Err(f.bad("layer_types", format!("layer {i}: expected a string"))),
+                })
+                .collect::<Result<Vec<_>>>()?
+        }
+        None => {
+            let pattern = match f.usize_opt("sliding_window_pattern")? {
+                Some(0) => return Err(f.bad("sliding_window_pattern", "must be positive")),
+                Some(p) => p,
+                None => DEFAULT_SLIDING_WINDOW_PATTERN,
+            };
+            pattern_layers(layers, pattern)
+        }
+    };
+    let (rope_theta, rope_local_theta) = rope_bases(f)?;
+    let query_pre_attn_scalar = f
+        .f64_opt("query_pre_attn_scalar")?
+        .unwrap_or(DEFAULT_QUERY_PRE_ATTN_SCALAR);
+    let sliding_window = match f.usize_opt("sliding_window")? {
+        Some(0) => return Err(f.bad("sliding_window", "must be positive")),
+        Some(w) => w,
+        None if sliding_layers.iter().any(|&s| s) => {
+            return Err(f.bad("sliding_window", "missing, and some layers are sliding"))
+        }
+        None => 1,
+    };
+
+    // The rest is the Llama layout: parse it with the Gemma keys hidden.
+    let mut map = f.object.clone();
+    for key in GEMMA_KEYS {
+        map.remove(*key);
+    }
+    let rest = Value::Object(map);
+    let rest_fields = JsonFields::new(f.path, &rest)?;
+    let rules = HfRules {
+        architecture: NAME,
+        head_dim: HeadDimDefault::Fixed(DEFAULT_HEAD_DIM),
+        attention_bias: AttentionBias::Field,
+        qk_norm: true,
+    };
+    let mut config = hf_config::parse(&rest_fields, &rules)?;
+    config.rope_theta = rope_theta;
+    config.tie_word_embeddings = f.bool_opt("tie_word_embeddings")?.unwrap_or(true);
+    config.gemma = Some(GemmaConfig {
+        query_pre_attn_scalar,
+        sliding_window,
+        sliding_layers,
+        rope_local_theta,
+        residual_scale: 1.0,
+    });
+    Ok(config)
 }
 
 /// The largest residual-stream magnitude fp16 is asked to hold: half of fp16's 65,504, so the

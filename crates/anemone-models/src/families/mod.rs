@@ -14,6 +14,7 @@
 pub mod bert;
 pub mod decoder;
 pub mod gemma3;
+mod gemma3_multimodal;
 mod llama;
 pub mod modernbert;
 mod phi3;
@@ -185,6 +186,16 @@ pub trait Family: Sync {
         Ok(store)
     }
 
+    /// The tensors of a GGUF file (under [`Family::tensor_from_gguf`]'s names) as the decoder
+    /// blocks name them (Phi-3 splits its fused projections here).
+    fn adapt_gguf_tensors(
+        &self,
+        store: Box<dyn TensorStore>,
+        _config: &DecoderConfig,
+    ) -> Result<Box<dyn TensorStore>> {
+        Ok(store)
+    }
+
     /// The checkpoint of a Hugging Face directory as the shared blocks read it (Gemma reads its
     /// `(1 + w)` norm weights as the multiplier); unchanged for most families.
     fn adapt_hf_checkpoint(&self, checkpoint: Checkpoint) -> Checkpoint {
@@ -312,9 +323,10 @@ fn open_gguf_file(path: &Path) -> Result<Checkpoint> {
     let store = GgufStore::new(file.clone(), |desc| {
         family.tensor_from_gguf(&file, desc, &config)
     })?;
+    let tensors = family.adapt_gguf_tensors(Box::new(store), &config)?;
     let checkpoint = Checkpoint {
         config,
-        tensors: Box::new(store),
+        tensors,
         tokenizer: tokenizer.map(|t| t.bundle),
         source_paths: vec![path.to_path_buf()],
         lora: None,
@@ -356,7 +368,7 @@ mod tests {
         match by_hf_model_type("t5") {
             Err(CheckpointError::UnknownArchitecture { arch, known }) => {
                 assert_eq!(arch, "t5");
-                assert_eq!(known, "llama, qwen2, qwen3, phi3, gemma3_text");
+                assert_eq!(known, "llama, qwen2, qwen3, phi3, gemma3_text, gemma3");
             }
             other => panic!(
                 "expected UnknownArchitecture, got {:?}",

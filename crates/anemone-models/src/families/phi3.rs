@@ -5,19 +5,26 @@
 //! `longrope`, or `su` / `yarn`, which transformers' Phi3Config maps to `longrope`).
 //!
 //! Every `config.json` key is either implemented, known to leave the math alone, or refused by
-//! name. `sliding_window` is not implemented as a mask: a window at least as long as the context
-//! changes nothing, so the model's maximum context is capped at the window (logged).
-//! GGUF files of this architecture (fused tensors, `rope_factors_*` tensors) are refused.
+//! name. `sliding_window` masks every layer to its last `sliding_window` positions
+//! (`DecoderConfig::attention_window`); converted, the KV states hold a ring of the window plus
+//! the prefill length when that is smaller than the context (`crate::ane::kv`).
+//! llama.cpp's `phi3` GGUF files (fused `attn_qkv` / `ffn_up`, `rope_factors_long` /
+//! `rope_factors_short` tensors) read the same way: the fused tensors split, the factors into the
+//! config.
 
 use anemone_checkpoint::gguf::tokenizer::GgufTokenizer;
 use anemone_checkpoint::gguf::{GgufFile, RowPermutation, TensorDesc};
 use anemone_checkpoint::hf::JsonFields;
+use anemone_checkpoint::store::FusedModule;
 use anemone_checkpoint::{
     CheckpointError, DecoderConfig, LongRope, Result, TensorInfo, TensorStore,
 };
 use serde_json::Value;
 
+use super::decoder::gguf_config::{self, GgufRules};
+use super::decoder::gguf_names::{self, QkRows};
 use super::decoder::hf_config::{self, AttentionBias, HeadDimDefault, HfRules};
+use super::decoder::tensor_names;
 use super::{Family, ModelKind};
 
 /// The Phi-3 family.
@@ -112,9 +119,9 @@ impl Family for Phi3 {
     fn config_from_gguf(
         &self,
         file: &GgufFile,
-        _tokenizer: Option<&GgufTokenizer>,
+        tokenizer: Option<&GgufTokenizer>,
     ) -> Result<DecoderConfig> {
-        Err(gguf_refused(file))
+        gguf_config(file, tokenizer)
     }
 
     fn expected_tensors(&self, config: &DecoderConfig) -> Vec<(String, Vec<usize>)> {
@@ -124,10 +131,37 @@ impl Family for Phi3 {
     fn tensor_from_gguf(
         &self,
         file: &GgufFile,
-        _desc: &TensorDesc,
-        _config: &DecoderConfig,
+        desc: &TensorDesc,
+        config: &DecoderConfig,
     ) -> Result<(String, RowPermutation)> {
-        Err(gguf_refused(file))
+        // the fused tensors under their Hugging Face names, split by `FusedSplit`; the LongRoPE
+        // factor tensors were read into the config
+        let fused = desc.name.strip_prefix("blk.").and_then(|rest| {
+            let (layer, suffix) = rest.split_once('.')?;
+            let layer: usize = layer.parse().ok()?;
+            let hf = match suffix {
+                "attn_qkv.weight" => "self_attn.qkv_proj.weight",
+                "ffn_up.weight" => "mlp.gate_up_proj.weight",
+                _ => return None,
+            };
+            Some(tensor_names::layer(layer, hf))
+        });
+        if let Some(hf) = fused {
+            return Ok((hf, RowPermutation::None));
+        }
+        if ROPE_FACTOR_TENSORS.contains(&desc.name.as_str()) {
+            return Ok((desc.name.clone(), RowPermutation::None));
+        }
+        // llama.cpp rotates Phi-3 with NEOX (rotate-half) RoPE: Q/K rows as Hugging Face's
+        gguf_names::map_tensor(file, desc, config, QkRows::AsHuggingFace)
+    }
+
+    fn adapt_gguf_tensors(
+        &self,
+        store: Box<dyn TensorStore>,
+        config: &DecoderConfig,
+    ) -> Result<Box<dyn TensorStore>> {
+        Ok(Box::new(FusedSplit::new(store, config)?))
     }
 
     fn adapt_hf_tensors(
@@ -139,13 +173,77 @@ impl Family for Phi3 {
     }
 }
 
-fn gguf_refused(file: &GgufFile) -> CheckpointError {
-    CheckpointError::Unsupported {
-        path: file.path.clone(),
-        what: "a phi3 GGUF file (fused attn_qkv / ffn_up and rope_factors tensors; convert the \
-               Hugging Face checkpoint instead)"
-            .into(),
+/// LongRoPE's factors in a llama.cpp Phi-3 GGUF (`rope_rotary_dim / 2` f32 each).
+const ROPE_FACTOR_TENSORS: [&str; 2] = ["rope_factors_long.weight", "rope_factors_short.weight"];
+
+/// A llama.cpp `phi3` GGUF's metadata (and its rope factor tensors) → config. llama.cpp's
+/// converter writes `rope.dimension_count` (partial rotation), `rope.scaling.attn_factor` and
+/// `rope.scaling.original_context_length` with the factor tensors for LongRoPE, and
+/// `attention.sliding_window` (0: none).
+fn gguf_config(file: &GgufFile, tokenizer: Option<&GgufTokenizer>) -> Result<DecoderConfig> {
+    let rules = GgufRules {
+        architecture: "phi3",
+        key_prefix: "phi3",
+        qk_norm: false,
+        partial_rotary: true,
+        // norms, fused qkv, o, fused gate/up, down
+        min_tensors_per_layer: 6,
+    };
+    let mut config = gguf_config::parse(file, &rules, tokenizer)?;
+    let meta = &file.metadata;
+    let factors = |name: &str| -> Result<Option<Vec<f64>>> {
+        let Some(desc) = file.tensors.iter().find(|t| t.name == name) else {
+            return Ok(None);
+        };
+        let mut out = vec![0f32; desc.numel()];
+        anemone_checkpoint::gguf::dequant::dequantize(
+            desc.ggml_type,
+            file.tensor_bytes(desc),
+            &mut out,
+        );
+        Ok(Some(out.into_iter().map(f64::from).collect()))
+    };
+    match (
+        factors(ROPE_FACTOR_TENSORS[0])?,
+        factors(ROPE_FACTOR_TENSORS[1])?,
+    ) {
+        (Some(long_factor), Some(short_factor)) => {
+            let key = "phi3.rope.scaling.original_context_length";
+            let original = match meta.opt_usize(key)? {
+                Some(0) | None => return Err(meta.bad(key, "required with rope factor tensors")),
+                Some(v) => v,
+            };
+            let max = config.max_position_embeddings;
+            let attention_factor = match meta.opt_f64("phi3.rope.scaling.attn_factor")? {
+                Some(a) => a,
+                None if max <= original => 1.0,
+                None => (1.0 + (max as f64 / original as f64).ln() / (original as f64).ln()).sqrt(),
+            };
+            config.long_rope = Some(LongRope {
+                short_factor,
+                long_factor,
+                original_max_position_embeddings: original,
+                attention_factor,
+                use_long: max > original,
+            });
+        }
+        (None, None) => {}
+        _ => {
+            return Err(CheckpointError::Unsupported {
+                path: file.path.clone(),
+                what: "a phi3 GGUF with only one of rope_factors_long / rope_factors_short".into(),
+            })
+        }
     }
+    // as the Hugging Face config (transformers masks with it): a window shorter than the model
+    // masks every layer. llama.cpp 0.3.36 reads the key but disables Phi's sliding window, so on
+    // prompts longer than the window the two differ; anemone follows the checkpoint's authors.
+    if let Some(window) = meta.opt_usize("phi3.attention.sliding_window")? {
+        config.attention_window =
+            (window > 0 && window < config.max_position_embeddings).then_some(window);
+    }
+    config.validate()?;
+    Ok(config)
 }
 
 fn parse(f: &JsonFields) -> Result<DecoderConfig> {
@@ -316,19 +414,9 @@ fn parse(f: &JsonFields) -> Result<DecoderConfig> {
         if window == 0 {
             return Err(f.bad("sliding_window", "must be positive"));
         }
-        if window < config.max_position_embeddings {
-            tracing::warn!(
-                path = %f.path.display(),
-                sliding_window = window,
-                max_position_embeddings = config.max_position_embeddings,
-                "phi3: sliding-window attention is not implemented; contexts are capped at the \
-                 window, within which it changes nothing"
-            );
-            config.max_position_embeddings = window;
-            if let Some(long) = &mut config.long_rope {
-                long.use_long = window > long.original_max_position_embeddings;
-            }
-        }
+        // transformers masks `kv_idx > q_idx - sliding_window` on every layer; a window of at
+        // least the maximum context never hides anything
+        config.attention_window = (window < config.max_position_embeddings).then_some(window);
     }
     config.validate()?;
     Ok(config)
@@ -396,6 +484,51 @@ impl FusedSplit {
 }
 
 impl TensorStore for FusedSplit {
+    fn fused_modules(&self) -> Vec<FusedModule> {
+        let h = self.config.hidden_size;
+        self.base
+            .names()
+            .into_iter()
+            .filter_map(|name| {
+                let prefix = name
+                    .strip_suffix("self_attn.qkv_proj.weight")
+                    .map(|p| {
+                        (
+                            p,
+                            "self_attn.qkv_proj",
+                            ["q_proj", "k_proj", "v_proj"].as_slice(),
+                            "self_attn",
+                        )
+                    })
+                    .or_else(|| {
+                        name.strip_suffix("mlp.gate_up_proj.weight").map(|p| {
+                            (
+                                p,
+                                "mlp.gate_up_proj",
+                                ["gate_proj", "up_proj"].as_slice(),
+                                "mlp",
+                            )
+                        })
+                    })?;
+                let (prefix, fused, parts, block) = prefix;
+                let parts: Vec<(String, std::ops::Range<usize>)> = parts
+                    .iter()
+                    .map(|part| {
+                        let split = format!("{prefix}{block}.{part}.weight");
+                        let (_, rows) = source(&split, &self.config)?;
+                        Some((format!("{prefix}{block}.{part}"), rows))
+                    })
+                    .collect::<Option<_>>()?;
+                let rows = parts.last()?.1.end;
+                Some(FusedModule {
+                    module: format!("{prefix}{fused}"),
+                    shape: vec![rows, h],
+                    parts,
+                })
+            })
+            .collect()
+    }
+
     fn names(&self) -> Vec<String> {
         let mut names = Vec::new();
         for name in self.base.names() {

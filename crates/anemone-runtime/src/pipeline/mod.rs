@@ -385,6 +385,9 @@ fn check_manifest(dir: &Path, m: &Manifest) -> Result<(), PipelineError> {
             conv.prefill_len, conv.context
         ));
     }
+    if let Err(problem) = m.kv_layout().check(conv.prefill_len) {
+        return bad(problem);
+    }
     if m.lm_head.is_some() != (conv.lm_head == anemone_models::ane::LmHeadPlacement::Package) {
         return bad("lm_head placement and lm_head entry disagree".into());
     }

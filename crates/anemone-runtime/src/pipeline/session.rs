@@ -125,7 +125,7 @@ impl<'p, B: Backend> Session<'p, B> {
         self.check(ids)?;
         let p = self.pipeline;
         let h = p.manifest.config.hidden_size;
-        let context = p.context();
+        let layout = p.manifest.kv_layout();
         let prefill_len = p.manifest.conversion.prefill_len;
         let traced_chunks = if trace { p.chunks.len() } else { 0 };
         let mut chunk_trace = ChunkTrace {
@@ -138,8 +138,9 @@ impl<'p, B: Backend> Session<'p, B> {
             let remaining = ids.len() - done;
             let first = self.position + done;
             // the prefill window writes all prefill_len KV slots (padding included): it must fit
-            // the context; a lone token or a tail near the end of the context goes through decode
-            let (function, t) = if remaining >= 2 && first + prefill_len <= context {
+            // the context and not cross the end of a sliding layers' ring; a lone token, a tail
+            // near the end of the context or the last slots before a ring's end go through decode
+            let (function, t) = if remaining >= 2 && layout.prefill_fits(first, prefill_len) {
                 (names::PREFILL, prefill_len)
             } else {
                 (names::DECODE, 1)
@@ -178,7 +179,6 @@ impl<'p, B: Backend> Session<'p, B> {
         let p = self.pipeline;
         let config = &p.manifest.config;
         let h = config.hidden_size;
-        let context = p.context();
         let dtype = p.activation_dtype;
         let mut hidden = vec![0f32; h * t];
         let embedding_scale = config.embedding_scale();
@@ -196,15 +196,11 @@ impl<'p, B: Backend> Session<'p, B> {
             })
         };
         let mut inputs: HashMap<String, Tensor> = HashMap::new();
-        for (name, shape, values) in
-            chunk_inputs(config, context, first, t, p.manifest.conversion.mask_value)
-        {
-            inputs.insert(name.into(), input(name, dtype, shape, values)?);
+        let layout = p.manifest.kv_layout();
+        for i in chunk_inputs(config, &layout, first, t, p.manifest.conversion.mask_value) {
+            let dtype = if i.int32 { DType::I32 } else { dtype };
+            inputs.insert(i.name.into(), input(i.name, dtype, i.shape, i.values)?);
         }
-        inputs.insert(
-            names::POSITION.into(),
-            input(names::POSITION, DType::I32, vec![1], vec![first as f32])?,
-        );
         for (index, chunk) in p.chunks.iter().enumerate() {
             inputs.insert(
                 names::HIDDEN_IN.into(),

@@ -306,6 +306,13 @@ fn print_text(r: &Report) {
                 kv.head_dim,
                 kv.state_head_dim
             );
+            if let Some(slots) = kv.local_kv_slots {
+                println!(
+                    "  sliding-window layers: ring of {slots} slots (full-context states would \
+                     take {})",
+                    human_bytes(kv.full_context_bytes)
+                );
+            }
         }
         if let Some(l) = &m.lora {
             println!(

@@ -17,6 +17,11 @@ pub struct GgufRules {
     pub key_prefix: &'static str,
     /// Per-head RMSNorm of Q and K (always present in the family).
     pub qk_norm: bool,
+    /// `rope.dimension_count` below the head size is partial rotation (Phi-3), not refused.
+    pub partial_rotary: bool,
+    /// Tensors every layer has at least (9 with separate projections; Phi-3's fused `attn_qkv`
+    /// and `ffn_up` leave 6).
+    pub min_tensors_per_layer: usize,
 }
 
 /// What the tensor list says about the model, which the metadata does not.
@@ -35,7 +40,7 @@ pub struct TensorFacts {
 const MAX_DIM: usize = 1 << 32;
 
 /// Tensors every decoder layer has at least (norms, q/k/v/o, gate/up/down).
-const MIN_TENSORS_PER_LAYER: usize = 9;
+pub const MIN_TENSORS_PER_LAYER: usize = 9;
 
 impl TensorFacts {
     /// The facts of a file's tensor list (llama.cpp names).
@@ -71,7 +76,7 @@ pub fn parse(
     let hidden_size = positive("embedding_length")?;
     let num_hidden_layers = positive("block_count")?;
     // Bounds the work (and memory) of checking the tensors a lying layer count would imply.
-    if num_hidden_layers.saturating_mul(MIN_TENSORS_PER_LAYER) > tensors.count {
+    if num_hidden_layers.saturating_mul(rules.min_tensors_per_layer) > tensors.count {
         return Err(meta.bad(
             &key("block_count"),
             format!(
@@ -123,12 +128,20 @@ pub fn parse(
             )));
         }
     }
+    let mut partial_rotary_dim = None;
     if let Some(rot) = meta.opt_usize(&key("rope.dimension_count"))? {
-        if rot != head_dim {
+        if rot != head_dim && !rules.partial_rotary {
             return Err(unsupported(format!(
                 "partial rotary embedding ({rot} of {head_dim} head dimensions)"
             )));
         }
+        if rot == 0 || rot > head_dim || !rot.is_multiple_of(2) {
+            return Err(meta.bad(
+                &key("rope.dimension_count"),
+                format!("{rot} rotary dimensions for head size {head_dim}"),
+            ));
+        }
+        partial_rotary_dim = (rot != head_dim).then_some(rot);
     }
     if !head_dim.is_multiple_of(2) {
         return Err(meta.bad(
@@ -172,11 +185,12 @@ pub fn parse(
         o_proj_bias: tensors.has_o_bias,
         qk_norm: rules.qk_norm,
         max_position_embeddings: positive("context_length")?,
-        partial_rotary_dim: None,
+        partial_rotary_dim,
         long_rope: None,
         bos_token_id,
         eos_token_ids,
         gemma: None,
+        attention_window: None,
     })
 }
 

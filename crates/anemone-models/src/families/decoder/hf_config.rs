@@ -118,6 +118,7 @@ pub fn parse(f: &Fields, rules: &HfRules) -> Result<DecoderConfig> {
         bos_token_id: f.token_id("bos_token_id")?,
         eos_token_ids: f.token_ids("eos_token_id")?,
         gemma: None,
+        attention_window: None,
     })
 }
 

@@ -67,6 +67,8 @@ impl Family for LlamaLike {
             architecture: self.name,
             key_prefix: self.gguf_architecture,
             qk_norm: self.qk_norm,
+            partial_rotary: false,
+            min_tensors_per_layer: gguf_config::MIN_TENSORS_PER_LAYER,
         };
         gguf_config::parse(file, &rules, tokenizer)
     }
