@@ -18,6 +18,14 @@ enum Slot<'a> {
     Owned(Tensor),
     /// A state input, by name.
     State(&'a str),
+    /// A value of a chain running in place on the named state: the state's tensor itself.
+    Alias(&'a str),
+    /// A window of the named state's data (a [`Fused::View`]), read only by matmuls.
+    Window {
+        state: &'a str,
+        offset: usize,
+        shape: &'a [usize],
+    },
 }
 
 struct Frame<'a, 's> {
@@ -40,6 +48,14 @@ impl<'a> Frame<'a, '_> {
         match self.slots.get(v.index()) {
             Some(Slot::Borrowed(t)) => Ok(t),
             Some(Slot::Owned(t)) => Ok(t),
+            Some(Slot::Alias(name)) => self
+                .state
+                .get(name)
+                .ok_or_else(|| format!("state `{name}` is missing")),
+            Some(Slot::Window { .. }) => Err(format!(
+                "`{}` is a window of a state, read only by matmuls",
+                self.name(v)
+            )),
             Some(Slot::State(_)) => Err(format!(
                 "state `{}` used as a tensor (read it with read_state)",
                 self.name(v)
@@ -47,6 +63,32 @@ impl<'a> Frame<'a, '_> {
             Some(Slot::Empty) | None => {
                 Err(format!("value `{}` is not available here", self.name(v)))
             }
+        }
+    }
+
+    /// The operand's values and shape (a state window included).
+    fn operand(&self, v: Var) -> Result<Operand<'_>, String> {
+        match self.slots.get(v.index()) {
+            Some(&Slot::Window {
+                state,
+                offset,
+                shape,
+            }) => {
+                let t = self
+                    .state
+                    .get(state)
+                    .ok_or_else(|| format!("state `{state}` is missing"))?;
+                let n: usize = shape.iter().product();
+                let data = t
+                    .data
+                    .get(offset..offset + n)
+                    .ok_or_else(|| format!("window {offset}+{n} outside state `{state}` of {t}"))?;
+                Ok(Operand { data, shape })
+            }
+            _ => self.get(v).map(|t| Operand {
+                data: &t.data,
+                shape: &t.shape,
+            }),
         }
     }
 
@@ -60,6 +102,13 @@ impl<'a> Frame<'a, '_> {
             }
         }
         self.get(v).cloned()
+    }
+
+    /// Makes the step's output the named state itself (a chain running in place).
+    fn alias(&mut self, step: &'a Step, name: &'a str) {
+        if let Some(v) = step.outputs.first() {
+            self.slots[v.index()] = Slot::Alias(name);
+        }
     }
 
     fn state_name(&self, v: Var) -> Result<&'a str, String> {
@@ -152,10 +201,29 @@ impl LoadedPackage {
                 detail,
             };
             let outs = match &step.fused {
+                // an observer sees every value, so views are materialised for it
+                Fused::No | Fused::View { .. } if observer.is_some() => {
+                    run_step(&mut frame, step).map_err(op_err)?
+                }
                 Fused::No => run_step(&mut frame, step).map_err(op_err)?,
                 Fused::Elided => vec![],
+                Fused::ReadsInPlace(name) => {
+                    frame.alias(step, name);
+                    vec![]
+                }
                 Fused::UpdatesState(name) => {
                     update_state_in_place(&mut frame, step, name).map_err(op_err)?;
+                    frame.alias(step, name);
+                    vec![]
+                }
+                Fused::View { state, offset } => {
+                    if let (Some(v), Some(ty)) = (step.outputs.first(), step.out_types.first()) {
+                        frame.slots[v.index()] = Slot::Window {
+                            state,
+                            offset: *offset,
+                            shape: &ty.shape,
+                        };
+                    }
                     vec![]
                 }
             };
@@ -186,7 +254,7 @@ impl LoadedPackage {
             let t = match std::mem::replace(&mut frame.slots[v.index()], Slot::Empty) {
                 Slot::Owned(t) => t,
                 Slot::Borrowed(t) => t.clone(),
-                Slot::State(_) | Slot::Empty => {
+                Slot::Alias(_) | Slot::Window { .. } | Slot::State(_) | Slot::Empty => {
                     return Err(ExecError::Op {
                         path: self.path.clone(),
                         function: f.name.clone(),
@@ -504,9 +572,9 @@ fn run_step(fr: &mut Frame, step: &Step) -> Result<Vec<Tensor>, String> {
             transpose_y,
         } => {
             let ty = out_ty.ok_or("matmul declares no output")?;
-            let data = matmul(
-                fr.get(*x)?,
-                fr.get(*y)?,
+            let data = linalg::batched_matmul(
+                fr.operand(*x)?,
+                fr.operand(*y)?,
                 *transpose_x,
                 *transpose_y,
                 &ty.shape,
@@ -693,54 +761,5 @@ fn run_step(fr: &mut Frame, step: &Step) -> Result<Vec<Tensor>, String> {
             t.dtype = *dtype;
             Ok(vec![t])
         }
-    }
-}
-
-/// Batched `x · y` with numpy broadcasting of the batch dims.
-fn matmul(
-    x: &Tensor,
-    y: &Tensor,
-    tx: bool,
-    ty: bool,
-    out_shape: &[usize],
-    acc: Accumulation,
-) -> Result<Vec<f32>, String> {
-    let (xr, yr, or) = (x.rank(), y.rank(), out_shape.len());
-    let (xa, xb) = (x.shape[xr - 2], x.shape[xr - 1]);
-    let (ya, yb) = (y.shape[yr - 2], y.shape[yr - 1]);
-    let (m, n) = (out_shape[or - 2], out_shape[or - 1]);
-    let mut out = vec![0.0f32; out_shape.iter().product()];
-    let mut failure = None;
-    elementwise::for_each_broadcast(
-        &out_shape[..or - 2],
-        &x.shape[..xr - 2],
-        &y.shape[..yr - 2],
-        |o, xi, yi| {
-            if failure.is_some() {
-                return;
-            }
-            let xs = &x.data[xi * xa * xb..(xi + 1) * xa * xb];
-            let ys = &y.data[yi * ya * yb..(yi + 1) * ya * yb];
-            let mut a = linalg::MatRef::row_major(xs, xa, xb);
-            let mut b = linalg::MatRef::row_major(ys, ya, yb);
-            if tx {
-                a = a.transposed();
-            }
-            if ty {
-                b = b.transposed();
-            }
-            let dst = &mut out[o * m * n..(o + 1) * m * n];
-            let done = match acc {
-                Accumulation::F32 => linalg::matmul_into(dst, a, b, false),
-                Accumulation::Fp16Blocks => fp16acc::matmul_into(dst, a, b),
-            };
-            if let Err(e) = done {
-                failure = Some(e);
-            }
-        },
-    );
-    match failure {
-        Some(e) => Err(e),
-        None => Ok(out),
     }
 }

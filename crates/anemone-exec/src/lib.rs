@@ -52,6 +52,7 @@ mod error;
 mod interp;
 pub mod kernels;
 mod package;
+mod plan;
 
 pub use error::{ExecError, Result};
 pub use interp::OpOutput;

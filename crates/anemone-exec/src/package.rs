@@ -47,10 +47,18 @@ pub(crate) struct Step {
 pub(crate) enum Fused {
     /// Runs as itself.
     No,
-    /// The read_state / write_state around a fused update: nothing to do.
+    /// The write_state closing a fused chain: nothing to do.
     Elided,
-    /// A slice_update applied directly to the named state (checked before anything changes).
+    /// The read_state opening a fused chain: its value is the named state itself, read in
+    /// place (no copy).
+    ReadsInPlace(String),
+    /// A slice_update applied directly to the named state (checked before anything changes);
+    /// its value is the state itself.
     UpdatesState(String),
+    /// A contiguous slice_by_index of a fused chain value read only by matmuls: its value is
+    /// the window of the named state's data at `offset` (no copy), read by those matmuls
+    /// before the chain's next update.
+    View { state: String, offset: usize },
 }
 
 pub(crate) struct PreparedFunction {
@@ -291,8 +299,8 @@ fn prepare(
             fused: Fused::No,
         });
     }
-    plan_lifetimes(f, &mut steps);
-    fuse_state_updates(f, &mut steps);
+    crate::plan::plan_lifetimes(f, &mut steps);
+    crate::plan::fuse_state_updates(f, &mut steps);
     let half_weights = half_weights(f, &steps, &mut constants, halves);
     let input_vars: Vec<Var> = f.tensor_inputs().collect();
     let state_vars: Vec<Var> = f.state_inputs().collect();
@@ -361,111 +369,4 @@ fn half_weights(
         !t.data.iter().all(|&x| f16::from_f32(x).to_f32() == x)
     });
     out
-}
-
-/// Fills each step's `release` (values dead after it) and `movable` (operands it may take).
-fn plan_lifetimes(f: &Function, steps: &mut [Step]) {
-    let n = f.values().len();
-    let mut last_use: Vec<Option<usize>> = vec![None; n];
-    let mut produced_at: Vec<Option<usize>> = vec![None; n];
-    let mut handles: Vec<Option<Var>> = vec![None; n];
-    for (i, s) in steps.iter().enumerate() {
-        for v in s.op.operands() {
-            last_use[v.index()] = Some(i);
-            handles[v.index()] = Some(v);
-        }
-        for &v in &s.outputs {
-            produced_at[v.index()] = Some(i);
-            handles[v.index()] = Some(v);
-        }
-    }
-    let mut keep = vec![false; n];
-    for v in f.outputs() {
-        keep[v.index()] = true;
-    }
-    for v in f.inputs() {
-        keep[v.index()] = true;
-    }
-    for (v, handle) in handles.iter().enumerate() {
-        let Some(handle) = handle else { continue };
-        if keep[v] {
-            continue;
-        }
-        // never-used outputs die right where they are made
-        if let Some(i) = last_use[v].or(produced_at[v]) {
-            steps[i].release.push(*handle);
-        }
-    }
-    for s in steps.iter_mut() {
-        let operands = s.op.operands();
-        s.movable = operands
-            .iter()
-            .copied()
-            .filter(|v| s.release.contains(v) && operands.iter().filter(|w| *w == v).count() == 1)
-            .collect();
-    }
-}
-
-/// Marks each `read_state(s) → slice_update(x = read) [→ slice_update(x = previous)…] →
-/// write_state(s, data = last)` chain whose intermediate values have no other use, with no
-/// other access to `s` in between.
-fn fuse_state_updates(f: &Function, steps: &mut [Step]) {
-    let mut uses = vec![0usize; f.values().len()];
-    for s in steps.iter() {
-        for v in s.op.operands() {
-            uses[v.index()] += 1;
-        }
-    }
-    for v in f.outputs() {
-        uses[v.index()] += 2; // never fuse away a function output
-    }
-    let touches = |op: &Op, state: Var| match op {
-        Op::ReadState { input } | Op::WriteState { input, .. } => *input == state,
-        _ => false,
-    };
-    let consumer = |steps: &[Step], from: usize, v: Var| {
-        (from + 1..steps.len()).find(|&j| steps[j].op.operands().contains(&v))
-    };
-    for i in 0..steps.len() {
-        let Op::ReadState { input: state } = steps[i].op else {
-            continue;
-        };
-        let mut current = steps[i].outputs[0];
-        let mut at = i;
-        let mut chain = Vec::new();
-        let write = loop {
-            if uses[current.index()] != 1 {
-                break None;
-            }
-            let Some(j) = consumer(steps, at, current) else {
-                break None;
-            };
-            match &steps[j].op {
-                Op::SliceUpdate {
-                    x,
-                    update,
-                    begin,
-                    end,
-                } if *x == current && ![*update, *begin, *end].contains(&current) => {
-                    chain.push(j);
-                    current = steps[j].outputs[0];
-                    at = j;
-                }
-                Op::WriteState { input, data } if *input == state && *data == current => {
-                    break Some(j);
-                }
-                _ => break None,
-            }
-        };
-        let Some(k) = write else { continue };
-        let untouched_between = (i + 1..k).all(|m| !touches(&steps[m].op, state));
-        if !chain.is_empty() && untouched_between {
-            steps[i].fused = Fused::Elided;
-            steps[k].fused = Fused::Elided;
-            let name = f.value_name(state).to_string();
-            for j in chain {
-                steps[j].fused = Fused::UpdatesState(name.clone());
-            }
-        }
-    }
 }

@@ -5,6 +5,7 @@ use anemone_mil::ConvParams;
 use gemm::Parallelism;
 use rayon::prelude::*;
 
+use super::elementwise::Operand;
 use super::{fp16acc, simd, Accumulation};
 
 /// A strided read-only matrix view: element (i, j) at `data[i * rs + j * cs]`.
@@ -152,6 +153,10 @@ pub fn matvec_f16(dst: &mut [f32], w: &[half::f16], x: &[f32]) -> Result<(), Str
             dst.len()
         ));
     }
+    if k == 0 {
+        dst.fill(0.0);
+        return Ok(());
+    }
     let dot = simd::dot_f16_kernel();
     let kernel = |(t, chunk): (usize, &mut [f32])| {
         for (r, d) in chunk.iter_mut().enumerate() {
@@ -291,4 +296,53 @@ pub fn conv2d(
         }
     }
     Ok(())
+}
+
+/// Batched `x · y` with numpy broadcasting of the batch dims.
+pub fn batched_matmul(
+    x: Operand,
+    y: Operand,
+    tx: bool,
+    ty: bool,
+    out_shape: &[usize],
+    acc: Accumulation,
+) -> Result<Vec<f32>, String> {
+    let (xr, yr, or) = (x.shape.len(), y.shape.len(), out_shape.len());
+    let (xa, xb) = (x.shape[xr - 2], x.shape[xr - 1]);
+    let (ya, yb) = (y.shape[yr - 2], y.shape[yr - 1]);
+    let (m, n) = (out_shape[or - 2], out_shape[or - 1]);
+    let mut out = vec![0.0f32; out_shape.iter().product()];
+    let mut failure = None;
+    super::elementwise::for_each_broadcast(
+        &out_shape[..or - 2],
+        &x.shape[..xr - 2],
+        &y.shape[..yr - 2],
+        |o, xi, yi| {
+            if failure.is_some() {
+                return;
+            }
+            let xs = &x.data[xi * xa * xb..(xi + 1) * xa * xb];
+            let ys = &y.data[yi * ya * yb..(yi + 1) * ya * yb];
+            let mut a = MatRef::row_major(xs, xa, xb);
+            let mut b = MatRef::row_major(ys, ya, yb);
+            if tx {
+                a = a.transposed();
+            }
+            if ty {
+                b = b.transposed();
+            }
+            let dst = &mut out[o * m * n..(o + 1) * m * n];
+            let done = match acc {
+                Accumulation::F32 => matmul_into(dst, a, b, false),
+                Accumulation::Fp16Blocks => fp16acc::matmul_into(dst, a, b),
+            };
+            if let Err(e) = done {
+                failure = Some(e);
+            }
+        },
+    );
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(out),
+    }
 }

@@ -28,11 +28,36 @@ fn axis_offsets(shape: &[usize], axes: &[usize]) -> (Vec<usize>, Vec<usize>) {
     (enumerate(axes), enumerate(&rest))
 }
 
+/// `x.exp()`, with the arguments whose exponential rounds to +0 in f32 (below ln 2⁻¹⁵⁰ ≈
+/// −103.97) answered without the library's slow underflow path: masked attention positions
+/// (≈ −1e4) are most of a softmax row.
+#[inline]
+pub fn exp_or_zero(x: f32) -> f32 {
+    if x < -104.0 {
+        0.0
+    } else {
+        x.exp()
+    }
+}
+
 /// Softmax along `axis`, with the row maximum subtracted first.
 pub fn softmax(data: &mut [f32], shape: &[usize], axis: usize, acc: Accumulation) {
     let outer: usize = shape[..axis].iter().product();
     let n = shape[axis];
     let inner: usize = shape[axis + 1..].iter().product();
+    if inner == 1 && acc == Accumulation::F32 && n > 0 {
+        // rows are contiguous: the same operations in the same order, without the gather
+        for row in data.chunks_exact_mut(n) {
+            let max = row.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+            let mut sum = 0.0f32;
+            for r in row.iter_mut() {
+                *r = exp_or_zero(*r - max);
+                sum += *r;
+            }
+            row.iter_mut().for_each(|r| *r /= sum);
+        }
+        return;
+    }
     let mut row = vec![0.0f32; n];
     for o in 0..outer {
         for i in 0..inner {
@@ -44,7 +69,7 @@ pub fn softmax(data: &mut [f32], shape: &[usize], axis: usize, acc: Accumulation
             }
             let mut sum = 0.0f32;
             for r in row.iter_mut() {
-                *r = (*r - max).exp();
+                *r = exp_or_zero(*r - max);
                 sum += *r;
             }
             match acc {
@@ -104,6 +129,26 @@ pub fn reduce(
     axes: &[usize],
     acc: Accumulation,
 ) -> Vec<f32> {
+    let rank = shape.len();
+    let trailing = !axes.is_empty()
+        && axes
+            .iter()
+            .enumerate()
+            .all(|(i, &a)| a == rank - axes.len() + i);
+    if trailing && acc == Accumulation::F32 {
+        // the reduced values of each output are one contiguous run, visited in the same order
+        let len: usize = axes.iter().map(|&a| shape[a]).product();
+        if len > 0 {
+            return data
+                .chunks_exact(len)
+                .map(|run| match kind {
+                    ReduceOp::Sum => run.iter().sum::<f32>(),
+                    ReduceOp::Mean => run.iter().sum::<f32>() / len as f32,
+                    ReduceOp::Max => run.iter().copied().fold(f32::NEG_INFINITY, f32::max),
+                })
+                .collect();
+        }
+    }
     let (red, rest) = axis_offsets(shape, axes);
     let n = red.len() as f32;
     let total = |r: usize| match acc {
@@ -120,4 +165,66 @@ pub fn reduce(
                 .fold(f32::NEG_INFINITY, f32::max),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The contiguous fast paths give the general (gathering) path's results bit for bit.
+    #[test]
+    fn contiguous_paths_equal_the_general_path() {
+        let shape = [2usize, 3, 37];
+        let data: Vec<f32> = (0..222)
+            .map(|i| ((i * 7919 % 263) as f32 - 131.0) * 0.37 - if i % 5 == 0 { 1e4 } else { 0.0 })
+            .collect();
+        for kind in [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max] {
+            for axes in [vec![2usize], vec![1, 2]] {
+                let fast = reduce(kind, &data, &shape, &axes, Accumulation::F32);
+                // the general path, reached through an equivalent leading unit axis order
+                let (red, rest) = axis_offsets(&shape, &axes);
+                let slow: Vec<f32> = rest
+                    .iter()
+                    .map(|&r| {
+                        let vals = red.iter().map(|&k| data[r + k]);
+                        match kind {
+                            ReduceOp::Sum => vals.sum::<f32>(),
+                            ReduceOp::Mean => vals.sum::<f32>() / red.len() as f32,
+                            ReduceOp::Max => vals.fold(f32::NEG_INFINITY, f32::max),
+                        }
+                    })
+                    .collect();
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&fast), bits(&slow), "{kind:?} over {axes:?}");
+            }
+        }
+        // softmax over the last axis (contiguous) against the same rows moved to a strided axis
+        let mut fast = data.clone();
+        softmax(&mut fast, &shape, 2, Accumulation::F32);
+        let mut moved = vec![0.0f32; 222];
+        for r in 0..6 {
+            for k in 0..37 {
+                moved[k * 6 + r] = data[r * 37 + k];
+            }
+        }
+        softmax(&mut moved, &[37, 6], 0, Accumulation::F32);
+        for r in 0..6 {
+            for k in 0..37 {
+                assert_eq!(fast[r * 37 + k].to_bits(), moved[k * 6 + r].to_bits());
+            }
+        }
+    }
+
+    #[test]
+    fn exp_or_zero_is_exp() {
+        let mut x = -120.0f32;
+        while x < 1.0 {
+            assert_eq!(exp_or_zero(x).to_bits(), x.exp().to_bits(), "{x}");
+            x += 0.0137;
+        }
+        for x in [-1e4f32, f32::NEG_INFINITY, -104.0, -103.97, -103.27, -87.0] {
+            assert_eq!(exp_or_zero(x).to_bits(), x.exp().to_bits(), "{x}");
+        }
+        assert!(exp_or_zero(f32::NAN).is_nan());
+    }
 }
