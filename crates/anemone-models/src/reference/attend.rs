@@ -7,7 +7,7 @@
 //! its output accumulates `p · value` by [`axpy`] in increasing slot order. Only the order in
 //! which independent queries are worked on changes, so the values are bit-identical.
 
-use super::kernels::{axpy, dot, softmax};
+use super::kernels::{axpy, dot, dot4, softmax};
 use crate::attention::{first_visible_slot, visible_slots};
 use rayon::prelude::*;
 
@@ -88,7 +88,16 @@ fn attend_block(
         for (row, row_scores) in rows.clone().zip(scores.iter_mut()) {
             let visible = span(row);
             let query = &q[row * q_dim + head * d..row * q_dim + (head + 1) * d];
-            for t in tile.start.max(visible.start)..tile.end.min(visible.end) {
+            let (from, to) = (tile.start.max(visible.start), tile.end.min(visible.end));
+            let mut t = from;
+            while t + 4 <= to {
+                let dots = dot4(query, [key(t), key(t + 1), key(t + 2), key(t + 3)]);
+                for (i, d) in dots.iter().enumerate() {
+                    row_scores[t + i - visible.start] = d * shape.scale;
+                }
+                t += 4;
+            }
+            for t in t..to {
                 row_scores[t - visible.start] = dot(query, key(t)) * shape.scale;
             }
         }

@@ -409,12 +409,103 @@ pub fn softmax(x: &mut [f32]) {
     }
 }
 
-/// `y += a·x`.
+/// `y += a·x`, each element `y + (a·x)` with the product rounded before the add (never fused).
 #[inline]
 pub fn axpy(a: f32, x: &[f32], y: &mut [f32]) {
-    for (yv, xv) in y.iter_mut().zip(x) {
+    let n = x.len().min(y.len());
+    #[cfg(target_arch = "x86_64")]
+    {
+        if has_avx2_fma() {
+            // SAFETY: AVX2 was detected; both slices are bounds-limited to n.
+            unsafe { axpy_avx2(a, &x[..n], &mut y[..n]) };
+            return;
+        }
+    }
+    for (yv, xv) in y[..n].iter_mut().zip(&x[..n]) {
         *yv += a * xv;
     }
+}
+
+/// [`axpy`] 8 lanes at a time: a multiply then an add per element, as the scalar loop.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn axpy_avx2(a: f32, x: &[f32], y: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let n = x.len();
+    let (px, py) = (x.as_ptr(), y.as_mut_ptr());
+    let av = _mm256_set1_ps(a);
+    let mut i = 0;
+    while i + 8 <= n {
+        let product = _mm256_mul_ps(av, _mm256_loadu_ps(px.add(i)));
+        _mm256_storeu_ps(
+            py.add(i),
+            _mm256_add_ps(_mm256_loadu_ps(py.add(i)), product),
+        );
+        i += 8;
+    }
+    for j in i..n {
+        *py.add(j) += a * *px.add(j);
+    }
+}
+
+/// `[dot(query, keys[0]), …, dot(query, keys[3])]`, each bit-identical to [`dot`] (the same
+/// lanes, accumulators, horizontal sum and tail), computed together so the query is loaded once
+/// and the four sums overlap. Keys must be at least as long as the query.
+#[inline]
+pub fn dot4(query: &[f32], keys: [&[f32]; 4]) -> [f32; 4] {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if has_avx512vl() && keys.iter().all(|k| k.len() >= query.len()) {
+            // SAFETY: AVX2, FMA and AVX-512VL were detected; every key holds query.len() values.
+            return unsafe { dot4_avx2(query, keys) };
+        }
+    }
+    keys.map(|k| dot(query, k))
+}
+
+#[cfg(target_arch = "x86_64")]
+#[inline]
+fn has_avx512vl() -> bool {
+    use std::sync::OnceLock;
+    static HAS: OnceLock<bool> = OnceLock::new();
+    *HAS.get_or_init(|| has_avx2_fma() && is_x86_feature_detected!("avx512vl"))
+}
+
+/// [`dot4`] on 256-bit lanes; AVX-512VL only lends the 32 vector registers its 16 accumulators need.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,avx512f,avx512vl")]
+#[allow(clippy::needless_range_loop)]
+unsafe fn dot4_avx2(query: &[f32], keys: [&[f32]; 4]) -> [f32; 4] {
+    use std::arch::x86_64::*;
+    let n = query.len();
+    let pq = query.as_ptr();
+    let pk = keys.map(|k| k.as_ptr());
+    let mut acc = [[_mm256_setzero_ps(); 4]; 4];
+    let mut i = 0;
+    while i + 32 <= n {
+        for c in 0..4 {
+            let q = _mm256_loadu_ps(pq.add(i + 8 * c));
+            for k in 0..4 {
+                acc[k][c] = _mm256_fmadd_ps(q, _mm256_loadu_ps(pk[k].add(i + 8 * c)), acc[k][c]);
+            }
+        }
+        i += 32;
+    }
+    while i + 8 <= n {
+        let q = _mm256_loadu_ps(pq.add(i));
+        for k in 0..4 {
+            acc[k][0] = _mm256_fmadd_ps(q, _mm256_loadu_ps(pk[k].add(i)), acc[k][0]);
+        }
+        i += 8;
+    }
+    let mut sums = [0f32; 4];
+    for k in 0..4 {
+        sums[k] = horizontal_sum(acc[k][0], acc[k][1], acc[k][2], acc[k][3]);
+        for j in i..n {
+            sums[k] += *pq.add(j) * *pk[k].add(j);
+        }
+    }
+    sums
 }
 
 #[cfg(test)]
@@ -512,6 +603,30 @@ mod tests {
                 differing, None,
                 "({rows},{n_in},{n_out}): first differing output"
             );
+        }
+    }
+
+    #[test]
+    fn dot4_and_axpy_keep_the_bits_of_dot_and_the_scalar_loop() {
+        for n in [0usize, 1, 7, 8, 9, 31, 32, 33, 64, 100, 128, 257] {
+            let q = pseudo_random(n, 7);
+            let keys: Vec<Vec<f32>> = (0..4).map(|k| pseudo_random(n + k, 8 + k as u32)).collect();
+            let got = dot4(&q, [&keys[0], &keys[1], &keys[2], &keys[3]]);
+            for k in 0..4 {
+                assert_eq!(
+                    got[k].to_bits(),
+                    dot(&q, &keys[k]).to_bits(),
+                    "n {n}, key {k}"
+                );
+            }
+            let mut y = pseudo_random(n, 9);
+            let mut want = y.clone();
+            axpy(0.37, &q, &mut y);
+            for (w, x) in want.iter_mut().zip(&q) {
+                *w += 0.37 * x;
+            }
+            let differing = (0..n).find(|&i| y[i].to_bits() != want[i].to_bits());
+            assert_eq!(differing, None, "axpy, n {n}");
         }
     }
 
