@@ -12,6 +12,8 @@ use crate::kernels::elementwise::Operand;
 use crate::kernels::{elementwise, fp16acc, linalg, norm, shape, Accumulation};
 use crate::package::{Fused, LoadedPackage, PreparedFunction, State, Step};
 
+mod attend;
+
 enum Slot<'a> {
     Empty,
     Borrowed(&'a Tensor),
@@ -192,7 +194,8 @@ impl LoadedPackage {
             precision: self.precision,
             acc: self.accumulation,
         };
-        for step in &f.steps {
+        let mut next = 0;
+        while let Some(step) = f.steps.get(next) {
             let op_err = |detail: String| ExecError::Op {
                 path: self.path.clone(),
                 function: f.name.clone(),
@@ -200,6 +203,24 @@ impl LoadedPackage {
                 op_type: step.op.mil_type(),
                 detail,
             };
+            // a head's attention over the filled KV columns only (an observer sees every op)
+            if observer.is_none()
+                && frame.acc == Accumulation::F32
+                && attend::matches(&f.steps[next..])
+            {
+                let group = &f.steps[next..next + attend::STEPS];
+                if let Some(t) = attend::run(&frame, group).map_err(op_err)? {
+                    let last = &group[attend::STEPS - 1];
+                    let t = finish_output(t, &last.out_types[0], frame.precision).map_err(op_err)?;
+                    frame.slots[last.outputs[0].index()] = Slot::Owned(t);
+                    for v in group.iter().flat_map(|s| &s.release) {
+                        frame.slots[v.index()] = Slot::Empty;
+                    }
+                    next += attend::STEPS;
+                    continue;
+                }
+            }
+            next += 1;
             let outs = match &step.fused {
                 // an observer sees every value, so views are materialised for it
                 Fused::No | Fused::View { .. } if observer.is_some() => {
