@@ -9,7 +9,7 @@ use anemone_mil::{DType, Op, Precision, Var};
 use crate::decompress::{blockwise_shift_scale, const_tensor, lut_to_dense};
 use crate::error::{ExecError, Result};
 use crate::kernels::elementwise::Operand;
-use crate::kernels::{elementwise, fp16acc, linalg, norm, shape, Accumulation};
+use crate::kernels::{elementwise, fp16acc, gemm_f16, linalg, norm, shape, Accumulation};
 use crate::package::{Fused, LoadedPackage, PreparedFunction, State, Step};
 
 mod attend;
@@ -569,6 +569,19 @@ fn run_step(fr: &mut Frame, step: &Step) -> Result<Vec<Tensor>, String> {
                     &ty.shape,
                     fr.acc,
                 )?,
+                (Some(w16), Err(_))
+                    if fr.acc == Accumulation::F32
+                        && gemm_f16::is_pointwise(&xt.shape, &w16.shape, params) =>
+                {
+                    gemm_f16::pointwise_conv_f16(
+                        &mut data,
+                        &xt.data,
+                        &xt.shape,
+                        &w16.data,
+                        &w16.shape,
+                        bt.map(|b| b.data.as_slice()),
+                    )?
+                }
                 (Some(w16), Err(_)) => linalg::with_widened(&w16.data, |w| {
                     linalg::conv2d(
                         &mut data,

@@ -48,10 +48,23 @@ impl<'a> MatRef<'a> {
 }
 
 /// Work (multiply-adds) above which a product is spread over the thread pool.
-const PARALLEL_WORK: usize = 1 << 18;
+pub(crate) const PARALLEL_WORK: usize = 1 << 18;
 
 /// `dst (row-major m×n) = a (m×k) · b (k×n)`, or `dst += …` when `accumulate`.
 pub fn matmul_into(dst: &mut [f32], a: MatRef, b: MatRef, accumulate: bool) -> Result<(), String> {
+    let parallel = a.rows * b.cols * a.cols >= PARALLEL_WORK;
+    matmul_on(dst, a, b, accumulate, parallel)
+}
+
+/// [`matmul_into`] with the `gemm` product spread over the thread pool or not (the values do
+/// not depend on it).
+pub(crate) fn matmul_on(
+    dst: &mut [f32],
+    a: MatRef,
+    b: MatRef,
+    accumulate: bool,
+    parallel: bool,
+) -> Result<(), String> {
     let (m, k, n) = (a.rows, a.cols, b.cols);
     if b.rows != k || dst.len() != m * n || !a.fits() || !b.fits() {
         return Err(format!(
@@ -78,7 +91,7 @@ pub fn matmul_into(dst: &mut [f32], a: MatRef, b: MatRef, accumulate: bool) -> R
         matvec_strided(dst, a, &x, accumulate);
         return Ok(());
     }
-    let parallelism = if m * n * k >= PARALLEL_WORK {
+    let parallelism = if parallel {
         Parallelism::Rayon(0)
     } else {
         Parallelism::None

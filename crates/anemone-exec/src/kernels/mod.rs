@@ -4,6 +4,7 @@
 pub mod attention;
 pub mod elementwise;
 pub mod fp16acc;
+pub mod gemm_f16;
 pub mod linalg;
 pub mod norm;
 pub mod shape;
