@@ -14,7 +14,7 @@
 //!   ([`super::norm::exp_or_zero`]) is exactly +0: softmax's sum gains only +0 terms and the
 //!   hidden probabilities are exactly +0;
 //! - `out`'s sums then gain `v·(+0) = ±0` terms, which leave an f32 sum that starts at +0
-//!   unchanged (such a sum is never −0), provided the hidden `v` are finite;
+//!   unchanged (such a sum is never −0), provided the hidden `v` (and `k`) are finite;
 //! - the summation order is that of the full product: `gemm` sums each output along k in order
 //!   within blocks of at least 256 (`L ≤ 256` lies in the first), and the shapes keep every
 //!   product on `gemm`'s blocked path (`k ≥ 3`, both output dims ≥ 2, `dv·T > 256`).
@@ -95,21 +95,21 @@ pub fn attend_filled(w: &HeadWindow, round: Rounding) -> Result<Option<Vec<f32>>
         return Ok(None);
     };
     let HeadWindow { d, dv, t, c, .. } = *w;
-    // hidden values must be finite (v) and bounded (k) for their terms to vanish
-    let hidden = |m: &'_ [f32], rows: usize| -> Vec<f32> {
-        let mut out = Vec::with_capacity(rows * (c - l));
-        for i in 0..rows {
-            out.extend_from_slice(&m[i * c + l..(i + 1) * c]);
-        }
-        out
+    // hidden values must be finite for their terms to vanish (and k's to be bounded)
+    let hidden = |m: &'_ [f32], rows: usize| {
+        let rows = (0..rows).map(move |i| &m[i * c + l..(i + 1) * c]);
+        let finite = rows
+            .clone()
+            .all(|r| r.iter().fold(true, |ok, x| ok & x.is_finite()));
+        let max_abs = rows
+            .map(|r| r.iter().fold(0.0f32, |a, x| a.max(x.abs())))
+            .fold(0.0f32, f32::max);
+        (finite, max_abs)
     };
-    if !hidden(w.v, dv).iter().all(|x| x.is_finite()) {
+    let ((k_finite, k_max), (v_finite, _)) = (hidden(w.k, d), hidden(w.v, dv));
+    if !(k_finite && v_finite) {
         return Ok(None);
     }
-    // NaN counts as unbounded
-    let k_max = hidden(w.k, d)
-        .iter()
-        .fold(0.0f32, |a, &x| if x.abs() <= a { a } else { x.abs() });
 
     // scores [t × l] = qᵀ · k[:, :l]
     let mut s = vec![0.0f32; t * l];

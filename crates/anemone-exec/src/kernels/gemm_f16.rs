@@ -9,6 +9,7 @@
 //! horizontal (`m·n ≤ 256`), matrix-vector (`m` or `n` ≤ 1) or outer-product (`k ≤ 2`) paths;
 //! so the whole product and every panel must have more than 64 rows, `n ≥ 2` and `k ≥ 3`.
 //! Other shapes take the whole weight widened at once ([`super::linalg::with_widened`]).
+//! A panel of 80–256 rows is sized to hold about 256 KiB of f32 weight.
 
 use anemone_mil::ConvParams;
 use half::f16;
@@ -16,18 +17,56 @@ use rayon::prelude::*;
 
 use super::linalg::{matmul_into, matmul_on, with_widened, MatRef, PARALLEL_WORK};
 
-/// Rows per panel at most: 128 rows of k ≤ 2048 f32 values (1 MiB) fit L2.
-const PANEL_ROWS: usize = 128;
+/// Bytes of widened weight per panel aimed at: a quarter of a 1 MiB L2, leaving room for the
+/// packed operands.
+const PANEL_BYTES: usize = 256 << 10;
 
 /// Rows of each panel (the last may be shorter), or `None` when the shape must not be split.
 fn panel_rows(m: usize, n: usize, k: usize) -> Option<usize> {
-    let panels = m.div_ceil(PANEL_ROWS);
-    if panels < 2 || n < 2 || k < 3 || k > 2048 {
+    if n < 2 || k < 3 {
         return None;
     }
-    let rows = m.div_ceil(panels).next_multiple_of(16);
-    let last = m - rows * (m.div_ceil(rows) - 1);
-    (rows > 64 && last > 64).then_some(rows)
+    let target = (PANEL_BYTES / (4 * k)).clamp(80, 256);
+    // multiples of 16 above 64 (so every panel stays off gemm's small path), nearest first
+    let mut sizes: Vec<usize> = (80..=256).step_by(16).filter(|&r| r < m).collect();
+    sizes.sort_by_key(|&r| r.abs_diff(target));
+    sizes
+        .into_iter()
+        .find(|&rows| m - rows * (m.div_ceil(rows) - 1) > 64)
+}
+
+/// Exact fp16 → f32 widening of `src` into `dst` (of the same length): AVX-512F's 16-wide
+/// conversion where the CPU has it, else `half`'s.
+pub fn widen(src: &[f16], dst: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f") {
+        // SAFETY: AVX-512F was detected at run time.
+        unsafe { widen_avx512(src, dst) };
+        return;
+    }
+    use half::slice::HalfFloatSliceExt;
+    src.convert_to_f32_slice(dst);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn widen_avx512(src: &[f16], dst: &mut [f32]) {
+    use std::arch::x86_64::{__m256i, _mm256_loadu_si256, _mm512_cvtph_ps, _mm512_storeu_ps};
+    let n = src.len().min(dst.len());
+    let whole = n / 16 * 16;
+    let (s, d) = (src.as_ptr(), dst.as_mut_ptr());
+    let mut i = 0;
+    while i < whole {
+        // SAFETY: i + 16 <= n, within both slices; unaligned loads and stores.
+        unsafe {
+            let h = _mm256_loadu_si256(s.add(i) as *const __m256i);
+            _mm512_storeu_ps(d.add(i), _mm512_cvtph_ps(h));
+        }
+        i += 16;
+    }
+    for j in whole..n {
+        dst[j] = src[j].to_f32();
+    }
 }
 
 /// `dst [m × n] = W [m × k] · b` for an fp16 row-major `W`, the values of `matmul_into` on an
@@ -127,6 +166,23 @@ mod tests {
             .collect()
     }
 
+    /// The 16-wide conversion is `half`'s, on every fp16 bit pattern and an odd tail.
+    #[test]
+    fn widening_is_exact() {
+        let all: Vec<f16> = (0..=u16::MAX).map(f16::from_bits).collect();
+        for len in [all.len(), 37, 15, 0] {
+            let mut got = vec![0.0f32; len];
+            widen(&all[..len], &mut got);
+            for (h, g) in all[..len].iter().zip(&got) {
+                let want = h.to_f32();
+                assert!(
+                    want.to_bits() == g.to_bits() || (want.is_nan() && g.is_nan()),
+                    "{h:?}"
+                );
+            }
+        }
+    }
+
     /// Panels give the whole-weight product bit for bit, on awkward shapes.
     #[test]
     fn panels_equal_the_whole_product() {
@@ -135,6 +191,7 @@ mod tests {
             (1536, 576, 64),
             (576, 1536, 64),
             (300, 577, 7),
+            (576, 4864, 64),
             (193, 1100, 2),
             (130, 3, 64),
             (129, 64, 64),

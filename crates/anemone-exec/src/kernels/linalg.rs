@@ -197,15 +197,18 @@ std::thread_local! {
 /// Runs `f` on `w` widened to f32 (exact) in a buffer reused across calls on this thread, so a
 /// wide product over an fp16 weight costs no allocation and no resident f32 copy of the weight.
 pub fn with_widened<R>(w: &[half::f16], f: impl FnOnce(&[f32]) -> R) -> R {
-    use half::slice::HalfFloatSliceExt;
     WIDENED.with(|cell| match cell.try_borrow_mut() {
         Ok(mut buf) => {
             buf.resize(w.len(), 0.0);
-            w.convert_to_f32_slice(&mut buf);
+            super::gemm_f16::widen(w, &mut buf);
             f(&buf)
         }
         // re-entered on this thread (a nested pool task): a buffer of its own
-        Err(_) => f(&w.to_f32_vec()),
+        Err(_) => {
+            let mut buf = vec![0.0f32; w.len()];
+            super::gemm_f16::widen(w, &mut buf);
+            f(&buf)
+        }
     })
 }
 
