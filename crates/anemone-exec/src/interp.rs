@@ -195,6 +195,7 @@ impl LoadedPackage {
             acc: self.accumulation,
         };
         let mut next = 0;
+        let mut hidden_memo: attend::HiddenMemo = None;
         while let Some(step) = f.steps.get(next) {
             let op_err = |detail: String| ExecError::Op {
                 path: self.path.clone(),
@@ -204,22 +205,16 @@ impl LoadedPackage {
                 detail,
             };
             // a head's attention over the filled KV columns only (an observer sees every op)
-            if observer.is_none()
-                && frame.acc == Accumulation::F32
-                && attend::matches(&f.steps[next..])
-            {
-                let group = &f.steps[next..next + attend::STEPS];
-                if let Some(t) = attend::run(&frame, group).map_err(op_err)? {
-                    let last = &group[attend::STEPS - 1];
-                    let t = finish_output(t, &last.out_types[0], frame.precision).map_err(op_err)?;
-                    frame.slots[last.outputs[0].index()] = Slot::Owned(t);
-                    for v in group.iter().flat_map(|s| &s.release) {
-                        frame.slots[v.index()] = Slot::Empty;
-                    }
-                    next += attend::STEPS;
+            if observer.is_none() {
+                let steps = &f.steps[next..];
+                if let Some(n) =
+                    attend::try_run(&mut frame, steps, &mut hidden_memo).map_err(op_err)?
+                {
+                    next += n;
                     continue;
                 }
             }
+            hidden_memo = None;
             next += 1;
             let outs = match &step.fused {
                 // an observer sees every value, so views are materialised for it

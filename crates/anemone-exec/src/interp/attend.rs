@@ -7,16 +7,19 @@
 use anemone_backend::Tensor;
 use anemone_mil::{BinaryOp, DType, Op, Precision, ReduceOp};
 
-use super::Frame;
-use crate::kernels::attention::{attend_filled, HeadWindow, Rounding};
+use super::{finish_output, Frame, Slot};
+use crate::kernels::attention::{
+    attend_columns, filled_columns, hidden_key_bound, HeadWindow, Rounding,
+};
+use crate::kernels::Accumulation;
 use crate::package::{Fused, Step};
 
 /// Steps of the pattern.
-pub(super) const STEPS: usize = 6;
+const STEPS: usize = 6;
 
 /// Whether `steps` opens with one head's six attention ops whose intermediate values die
 /// inside the pattern (so nothing else can read them).
-pub(super) fn matches(steps: &[Step]) -> bool {
+fn matches(steps: &[Step]) -> bool {
     let [s0, s1, s2, s3, s4, s5, ..] = steps else {
         return false;
     };
@@ -72,7 +75,9 @@ pub(super) fn matches(steps: &[Step]) -> bool {
         _ => false,
     };
     let soft = match s4.op {
-        Op::Softmax { x, axis } => x == shifted && axis == rank - 1 && s4.release.contains(&shifted),
+        Op::Softmax { x, axis } => {
+            x == shifted && axis == rank - 1 && s4.release.contains(&shifted)
+        }
         _ => false,
     };
     let out = match s5.op {
@@ -87,20 +92,53 @@ pub(super) fn matches(steps: &[Step]) -> bool {
     head && add && reduce && sub && soft && out
 }
 
+/// Runs the six steps opening `steps` as one when they are a head's attention whose hidden
+/// columns can be skipped exactly (their output stored, their dead values released); returns
+/// how many steps ran, or `None` (nothing done) for the caller to run `steps[0]` as usual.
+pub(super) fn try_run(
+    fr: &mut Frame,
+    steps: &[Step],
+    memo: &mut HiddenMemo,
+) -> Result<Option<usize>, String> {
+    if fr.acc != Accumulation::F32 || !matches(steps) {
+        return Ok(None);
+    }
+    let group = &steps[..STEPS];
+    let Some(t) = run(fr, group, memo)? else {
+        return Ok(None);
+    };
+    let last = &group[STEPS - 1];
+    let t = finish_output(t, &last.out_types[0], fr.precision)?;
+    fr.slots[last.outputs[0].index()] = Slot::Owned(t);
+    for v in group.iter().flat_map(|s| &s.release) {
+        fr.slots[v.index()] = Slot::Empty;
+    }
+    Ok(Some(STEPS))
+}
+
 /// `[rows, cols]` of a matrix operand with unit batch dims.
 fn matrix(shape: &[usize]) -> Option<(usize, usize)> {
     let r = shape.len();
     (r >= 2 && shape[..r - 2].iter().all(|&b| b == 1)).then(|| (shape[r - 2], shape[r - 1]))
 }
 
+/// Which KV window (and filled width) a hidden-column bound was computed for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) struct HiddenKey {
+    k: (usize, usize),
+    v: (usize, usize),
+    l: usize,
+}
+
+/// The last hidden-column bound computed; the caller clears it whenever any other step runs,
+/// so it is only ever reused by the next head over the very same, unchanged KV window.
+pub(super) type HiddenMemo = Option<(HiddenKey, Option<f32>)>;
+
 /// The pattern's output (rounded as its last op's), or `None` when the window's hidden columns
 /// cannot be skipped exactly; then the caller runs the six steps.
-pub(super) fn run(fr: &Frame, steps: &[Step]) -> Result<Option<Tensor>, String> {
-    let (
-        Op::Matmul { x: q, y: k, .. },
-        Op::Binary { x: a, y: b, .. },
-        Op::Matmul { x: v, .. },
-    ) = (&steps[0].op, &steps[1].op, &steps[5].op)
+fn run(fr: &Frame, steps: &[Step], memo: &mut HiddenMemo) -> Result<Option<Tensor>, String> {
+    let (Op::Matmul { x: q, y: k, .. }, Op::Binary { x: a, y: b, .. }, Op::Matmul { x: v, .. }) =
+        (&steps[0].op, &steps[1].op, &steps[5].op)
     else {
         return Ok(None);
     };
@@ -150,9 +188,31 @@ pub(super) fn run(fr: &Frame, steps: &[Step]) -> Result<Option<Tensor>, String> 
         t,
         c,
     };
-    Ok(attend_filled(&window, rounding)?.map(|data| Tensor {
-        dtype: out_ty.dtype,
-        shape: out_ty.shape.clone(),
-        data,
-    }))
+    let Some(l) = filled_columns(&window) else {
+        return Ok(None);
+    };
+    // query heads sharing a KV head run back to back: their hidden-column bound is shared
+    let key = HiddenKey {
+        k: (k.data.as_ptr() as usize, k.data.len()),
+        v: (v.data.as_ptr() as usize, v.data.len()),
+        l,
+    };
+    let k_max = match memo {
+        Some((held, bound)) if *held == key => *bound,
+        _ => {
+            let bound = hidden_key_bound(&window, l);
+            *memo = Some((key, bound));
+            bound
+        }
+    };
+    let Some(k_max) = k_max else {
+        return Ok(None);
+    };
+    Ok(
+        attend_columns(&window, l, k_max, rounding)?.map(|data| Tensor {
+            dtype: out_ty.dtype,
+            shape: out_ty.shape.clone(),
+            data,
+        }),
+    )
 }

@@ -22,6 +22,8 @@
 //! When any of this does not hold, [`attend_filled`] answers `None` and the caller runs the
 //! program's ops as they are.
 
+use std::cmp::Ordering::{Equal, Greater, Less};
+
 use anemone_backend::round_f16_in_place;
 
 use super::linalg::{matmul_into, MatRef};
@@ -82,7 +84,11 @@ pub fn filled_columns(w: &HeadWindow) -> Option<usize> {
     let visible = w
         .mask
         .chunks_exact(c)
-        .map(|row| row.iter().rposition(|&m| !(m <= HIDDEN)).map_or(0, |j| j + 1))
+        .map(|row| {
+            row.iter()
+                .rposition(|&m| !matches!(m.partial_cmp(&HIDDEN), Some(Less | Equal)))
+                .map_or(0, |j| j + 1)
+        })
         .max()?;
     let l = visible.max(1).div_ceil(COLUMN_STEP) * COLUMN_STEP;
     (l < c && l <= MAX_COLUMNS).then_some(l)
@@ -94,8 +100,16 @@ pub fn attend_filled(w: &HeadWindow, round: Rounding) -> Result<Option<Vec<f32>>
     let Some(l) = filled_columns(w) else {
         return Ok(None);
     };
-    let HeadWindow { d, dv, t, c, .. } = *w;
-    // hidden values must be finite for their terms to vanish (and k's to be bounded)
+    match hidden_key_bound(w, l) {
+        Some(k_max) => attend_columns(w, l, k_max, round),
+        None => Ok(None),
+    }
+}
+
+/// The largest `|k|` over the columns from `l` on, or `None` when a hidden `k` or `v` is not
+/// finite. Depends on `k`, `v` and `l` only: query heads sharing a KV head may share it.
+pub fn hidden_key_bound(w: &HeadWindow, l: usize) -> Option<f32> {
+    let c = w.c;
     let hidden = |m: &'_ [f32], rows: usize| {
         let rows = (0..rows).map(move |i| &m[i * c + l..(i + 1) * c]);
         let finite = rows
@@ -106,8 +120,20 @@ pub fn attend_filled(w: &HeadWindow, round: Rounding) -> Result<Option<Vec<f32>>
             .fold(0.0f32, f32::max);
         (finite, max_abs)
     };
-    let ((k_finite, k_max), (v_finite, _)) = (hidden(w.k, d), hidden(w.v, dv));
-    if !(k_finite && v_finite) {
+    let ((k_finite, k_max), (v_finite, _)) = (hidden(w.k, w.d), hidden(w.v, w.dv));
+    (k_finite && v_finite).then_some(k_max)
+}
+
+/// [`attend_filled`] over the first `l` columns (from [`filled_columns`]) with the bound of
+/// [`hidden_key_bound`].
+pub fn attend_columns(
+    w: &HeadWindow,
+    l: usize,
+    k_max: f32,
+    round: Rounding,
+) -> Result<Option<Vec<f32>>, String> {
+    let HeadWindow { d, dv, t, c, .. } = *w;
+    if filled_columns(w) != Some(l) {
         return Ok(None);
     }
 
@@ -132,15 +158,15 @@ pub fn attend_filled(w: &HeadWindow, round: Rounding) -> Result<Option<Vec<f32>>
         .map(|row| row.iter().copied().fold(f32::NEG_INFINITY, f32::max))
         .collect();
     round_if(round.max, &mut max);
-    for tr in 0..t {
+    for (tr, &row_max) in max.iter().enumerate() {
         let q1: f32 = (0..d).map(|i| w.q[i * t + tr].abs()).sum();
         let mask_max = w.mask[tr * c + l..(tr + 1) * c]
             .iter()
             .copied()
             .fold(f32::NEG_INFINITY, f32::max);
         let bound = mask_max + 1.01 * q1 * k_max + 16.0;
-        // false for NaN as well
-        if !(max[tr] - bound >= 128.0) {
+        // a NaN anywhere fails too
+        if !matches!((row_max - bound).partial_cmp(&128.0), Some(Greater | Equal)) {
             return Ok(None);
         }
     }
@@ -160,7 +186,12 @@ pub fn attend_filled(w: &HeadWindow, round: Rounding) -> Result<Option<Vec<f32>>
         rs: c,
         cs: 1,
     };
-    matmul_into(&mut out, vl, MatRef::row_major(&s, t, l).transposed(), false)?;
+    matmul_into(
+        &mut out,
+        vl,
+        MatRef::row_major(&s, t, l).transposed(),
+        false,
+    )?;
     round_if(round.out, &mut out);
     Ok(Some(out))
 }
@@ -176,7 +207,9 @@ mod tests {
 
     /// Deterministic values in about ±scale.
     fn values(n: usize, seed: u64, scale: f32) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let mut s = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         (0..n)
             .map(|_| {
                 s = s
@@ -299,7 +332,11 @@ mod tests {
             for r in [Rounding::default(), fp16] {
                 let got = attend_filled(&w, r).unwrap();
                 let got = got.unwrap_or_else(|| panic!("not taken for {d}×{dv}×{t}×{c}+{start}"));
-                assert_eq!(bits(&got), bits(&unfused(&w, r)), "{d}×{dv}×{t}×{c}+{start} {r:?}");
+                assert_eq!(
+                    bits(&got),
+                    bits(&unfused(&w, r)),
+                    "{d}×{dv}×{t}×{c}+{start} {r:?}"
+                );
             }
         }
     }

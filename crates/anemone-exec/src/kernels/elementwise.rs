@@ -337,8 +337,14 @@ mod tests {
                 let got = binary(
                     kind,
                     DType::F32,
-                    Operand { data: &x, shape: xs },
-                    Operand { data: &y, shape: ys },
+                    Operand {
+                        data: &x,
+                        shape: xs,
+                    },
+                    Operand {
+                        data: &y,
+                        shape: ys,
+                    },
                     &out,
                     None,
                 );
@@ -346,8 +352,14 @@ mod tests {
                     binary(
                         kind,
                         DType::F32,
-                        Operand { data: &[], shape: &out },
-                        Operand { data: &y, shape: ys },
+                        Operand {
+                            data: &[],
+                            shape: &out,
+                        },
+                        Operand {
+                            data: &y,
+                            shape: ys,
+                        },
                         &out,
                         Some(x.clone()),
                     )

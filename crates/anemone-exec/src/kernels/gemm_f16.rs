@@ -160,7 +160,9 @@ mod tests {
     fn values(n: usize, seed: u32) -> Vec<f32> {
         (0..n)
             .map(|i| {
-                let h = (i as u32).wrapping_mul(2654435761).wrapping_add(seed.wrapping_mul(40503));
+                let h = (i as u32)
+                    .wrapping_mul(2654435761)
+                    .wrapping_add(seed.wrapping_mul(40503));
                 ((h >> 8) % 20011) as f32 / 20011.0 - 0.5
             })
             .collect()

@@ -189,7 +189,10 @@ fn reduce_middle_axis(kind: ReduceOp, data: &[f32], shape: &[usize], a: usize) -
         ReduceOp::Max => f32::NEG_INFINITY,
     };
     let mut out = vec![init; outer * inner];
-    for (dst, block) in out.chunks_exact_mut(inner).zip(data.chunks_exact(n * inner)) {
+    for (dst, block) in out
+        .chunks_exact_mut(inner)
+        .zip(data.chunks_exact(n * inner))
+    {
         for src in block.chunks_exact(inner) {
             match kind {
                 ReduceOp::Sum | ReduceOp::Mean => {
