@@ -12,6 +12,8 @@ use crate::kernels::elementwise::Operand;
 use crate::kernels::{elementwise, fp16acc, linalg, norm, shape, Accumulation};
 use crate::package::{Fused, LoadedPackage, PreparedFunction, State, Step};
 
+mod projections;
+
 enum Slot<'a> {
     Empty,
     Borrowed(&'a Tensor),
@@ -192,7 +194,8 @@ impl LoadedPackage {
             precision: self.precision,
             acc: self.accumulation,
         };
-        for step in &f.steps {
+        let mut stash = projections::Stash::default();
+        for (i, step) in f.steps.iter().enumerate() {
             let op_err = |detail: String| ExecError::Op {
                 path: self.path.clone(),
                 function: f.name.clone(),
@@ -203,9 +206,9 @@ impl LoadedPackage {
             let outs = match &step.fused {
                 // an observer sees every value, so views are materialised for it
                 Fused::No | Fused::View { .. } if observer.is_some() => {
-                    run_step(&mut frame, step).map_err(op_err)?
+                    run_any(&mut frame, &f.steps, i, &mut stash).map_err(op_err)?
                 }
-                Fused::No => run_step(&mut frame, step).map_err(op_err)?,
+                Fused::No => run_any(&mut frame, &f.steps, i, &mut stash).map_err(op_err)?,
                 Fused::Elided => vec![],
                 Fused::ReadsInPlace(name) => {
                     frame.alias(step, name);
@@ -454,6 +457,19 @@ fn tensor(out: &anemone_mil::TensorType, data: Vec<f32>) -> Tensor {
         dtype: out.dtype,
         shape: out.shape.clone(),
         data,
+    }
+}
+
+/// Step `i` of `steps`: computed ahead with a group of projections, or by [`run_step`].
+fn run_any(
+    fr: &mut Frame,
+    steps: &[Step],
+    i: usize,
+    stash: &mut projections::Stash,
+) -> Result<Vec<Tensor>, String> {
+    match projections::run(fr, steps, i, stash)? {
+        Some(outs) => Ok(outs),
+        None => run_step(fr, &steps[i]),
     }
 }
 
