@@ -19,8 +19,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-/// How long an idle helper spins before it parks.
+/// How long an idle helper spins before it parks (yielding the core to any other runnable
+/// thread after [`PURE_SPIN`]).
 const SPIN: Duration = Duration::from_millis(2);
+/// How long an idle helper spins without yielding: the gap between two regions of a decode
+/// step is usually shorter.
+const PURE_SPIN: Duration = Duration::from_micros(50);
 
 /// `state`: bits 0..31 count the helpers inside the current region, bit 31 marks it closed,
 /// bits 32.. number the regions.
@@ -167,7 +171,8 @@ impl Drop for Region<'_> {
         let mut spins = 0u32;
         while inner.state.load(Ordering::Acquire) & COUNT != 0 {
             spins = spins.wrapping_add(1);
-            if spins % 32 == 0 {
+            // a block takes microseconds: spin that long, then let others have the core
+            if spins > 1024 && spins % 32 == 0 {
                 std::thread::yield_now();
             } else {
                 std::hint::spin_loop();
@@ -236,7 +241,11 @@ fn helper(inner: &Inner) {
             std::hint::spin_loop();
             continue;
         }
-        if idle_since.elapsed() < spin_time() {
+        let idle = idle_since.elapsed();
+        if idle < PURE_SPIN {
+            continue;
+        }
+        if idle < spin_time() {
             // lets a thread waiting for this core run (e.g. the leader, under load)
             std::thread::yield_now();
             continue;
