@@ -172,7 +172,7 @@ impl Drop for Region<'_> {
         while inner.state.load(Ordering::Acquire) & COUNT != 0 {
             spins = spins.wrapping_add(1);
             // a block takes microseconds: spin that long, then let others have the core
-            if spins > 1024 && spins % 32 == 0 {
+            if spins > 1024 && spins.is_multiple_of(32) {
                 std::thread::yield_now();
             } else {
                 std::hint::spin_loop();
@@ -190,16 +190,6 @@ impl Drop for Team {
         let _guard = self.inner.lock.lock().unwrap_or_else(|e| e.into_inner());
         self.inner.wake.notify_all();
     }
-}
-
-fn spin_time() -> Duration {
-    static T: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
-    *T.get_or_init(|| {
-        std::env::var("ANEMONE_TEAM_SPIN_US")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .map_or(SPIN, Duration::from_micros)
-    })
 }
 
 fn helper(inner: &Inner) {
@@ -237,7 +227,7 @@ fn helper(inner: &Inner) {
             continue;
         }
         spins = spins.wrapping_add(1);
-        if spins % 32 != 0 {
+        if !spins.is_multiple_of(32) {
             std::hint::spin_loop();
             continue;
         }
@@ -245,7 +235,7 @@ fn helper(inner: &Inner) {
         if idle < PURE_SPIN {
             continue;
         }
-        if idle < spin_time() {
+        if idle < SPIN {
             // lets a thread waiting for this core run (e.g. the leader, under load)
             std::thread::yield_now();
             continue;

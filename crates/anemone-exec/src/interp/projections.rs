@@ -61,7 +61,10 @@ fn single<'b>(fr: &'b Frame, step: &Step) -> Option<Single<'b>> {
             if !pointwise {
                 return None;
             }
-            (RowWeights::F32(MatRef::row_major(&wt.data, wt.shape[0], k)), k)
+            (
+                RowWeights::F32(MatRef::row_major(&wt.data, wt.shape[0], k)),
+                k,
+            )
         }
         _ => return None,
     };
@@ -132,6 +135,9 @@ fn finish(fr: &Frame, step: &Step, mut data: Vec<f32>) -> Result<Vec<Tensor>, St
         let bt = fr.get(b)?;
         data.iter_mut().zip(&bt.data).for_each(|(v, b)| *v += b);
     }
-    let ty = step.out_types.first().ok_or("projection declares no output")?;
+    let ty = step
+        .out_types
+        .first()
+        .ok_or("projection declares no output")?;
     Ok(vec![tensor(ty, data)])
 }

@@ -431,3 +431,97 @@ pub fn batched_matmul(
         None => Ok(out),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use half::f16;
+
+    use super::*;
+    use crate::team::{self, Team};
+
+    fn values(n: usize, seed: usize) -> Vec<f32> {
+        (0..n)
+            .map(|i| (((i + seed) * 7919 % 2003) as f32 - 1001.0) / 613.0)
+            .collect()
+    }
+
+    /// Every row of a grouped matvec (fp16 and f32 rows, strided f32 rows, accumulation) is
+    /// the per-row dot bit for bit, whatever the team's width and however blocks fall.
+    #[test]
+    fn grouped_matvecs_equal_the_per_row_dots_bit_for_bit() {
+        let (dot16, dot32) = (simd::dot_f16_kernel(), simd::dot_f32_kernel());
+        for k in [1usize, 7, 33, 583] {
+            let x = values(k, 1);
+            // enough rows that the region runs on the team (≥ PARALLEL_WORK multiply-adds)
+            let rows = [PARALLEL_WORK / k / 2 + 5, 3, PARALLEL_WORK / k / 3 + 1];
+            let w16: Vec<f16> = values(rows[0] * k, 2)
+                .iter()
+                .map(|&v| f16::from_f32(v))
+                .collect();
+            let w32 = values(rows[1] * k, 3);
+            // a transposed view: rows with column stride rows[2]
+            let wt = values(rows[2] * k, 4);
+            let mut want = [
+                vec![0.0f32; rows[0]],
+                vec![0.0; rows[1]],
+                vec![0.5; rows[2]],
+            ];
+            for (r, d) in want[0].iter_mut().enumerate() {
+                *d = dot16(&w16[r * k..(r + 1) * k], &x);
+            }
+            for (r, d) in want[1].iter_mut().enumerate() {
+                *d = dot32(&w32[r * k..(r + 1) * k], &x);
+            }
+            for (r, d) in want[2].iter_mut().enumerate() {
+                let v: f32 = (0..k).map(|j| wt[j * rows[2] + r] * x[j]).sum();
+                *d += v;
+            }
+            for threads in [1, 2, 3] {
+                let team = Arc::new(Team::new(threads).unwrap());
+                let mut got = [
+                    vec![0.0f32; rows[0]],
+                    vec![0.0; rows[1]],
+                    vec![0.5; rows[2]],
+                ];
+                let [g0, g1, g2] = &mut got;
+                let mut group = [
+                    Projection {
+                        dst: g0,
+                        w: RowWeights::F16(&w16),
+                        accumulate: false,
+                    },
+                    Projection {
+                        dst: g1,
+                        w: RowWeights::F32(MatRef::row_major(&w32, rows[1], k)),
+                        accumulate: false,
+                    },
+                    Projection {
+                        dst: g2,
+                        w: RowWeights::F32(MatRef::row_major(&wt, k, rows[2]).transposed()),
+                        accumulate: true,
+                    },
+                ];
+                team::with_team(&team, || matvec_group(&mut group, &x)).unwrap();
+                for (p, (g, w)) in got.iter().zip(&want).enumerate() {
+                    let same = g.iter().zip(w).all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(same, "k={k} threads={threads} projection {p}");
+                }
+                let mut single = vec![0.0f32; rows[0]];
+                team::with_team(&team, || matvec_f16(&mut single, &w16, &x)).unwrap();
+                assert!(single
+                    .iter()
+                    .zip(&want[0])
+                    .all(|(a, b)| a.to_bits() == b.to_bits()));
+            }
+        }
+    }
+
+    #[test]
+    fn a_matvec_of_the_wrong_weight_size_is_refused() {
+        let w = vec![f16::ZERO; 10];
+        let err = matvec_f16(&mut [0.0; 3], &w, &[1.0; 4]).unwrap_err();
+        assert!(err.contains("weight of 10 values for 3 rows of 4"), "{err}");
+    }
+}

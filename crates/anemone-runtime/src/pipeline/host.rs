@@ -5,10 +5,10 @@ use std::borrow::Cow;
 use std::path::Path;
 
 use anemone_checkpoint::TokenizerBundle;
+use anemone_exec::team::{self, SharedOut, Team};
 use anemone_models::bundle::Manifest;
 use anemone_models::families::decoder::tensor_names::{EMBED_TOKENS as EMBED, FINAL_NORM, LM_HEAD};
 use anemone_models::reference::kernels::{dot, dot_f16};
-use anemone_exec::team::{self, SharedOut, Team};
 use half::f16;
 
 /// Bytes of LM-head rows per block claimed by a thread of the team.
@@ -124,7 +124,11 @@ impl HostWeights {
             .collect();
         let head = self.lm_head.as_ref().unwrap_or(&self.embed);
         let mut logits = vec![0f32; self.vocab];
-        let row_bytes = h * if matches!(head, HostTensor::F16(_)) { 2 } else { 4 };
+        let row_bytes = h * if matches!(head, HostTensor::F16(_)) {
+            2
+        } else {
+            4
+        };
         let rows_per_block = (HEAD_BLOCK_BYTES / row_bytes.max(1)).max(1);
         let blocks = self.vocab.div_ceil(rows_per_block);
         let out = SharedOut::new(&mut logits);
