@@ -10,6 +10,7 @@ use anemone_mil::{DType, Precision};
 use crate::error::ExecError;
 use crate::kernels::Accumulation;
 use crate::package::{LoadedPackage, State};
+use crate::team::{self, Team};
 
 /// The MIL executor in fp32 or fp16-faithful arithmetic, on the global rayon pool or its own.
 #[derive(Clone)]
@@ -17,6 +18,9 @@ pub struct ExecutorBackend {
     pub precision: Precision,
     pub accumulation: Accumulation,
     pool: Option<Arc<rayon::ThreadPool>>,
+    /// The helpers of the single-token matvecs, as many threads as `pool` (shared with every
+    /// user of [`Team::shared`] of that width, e.g. the host's LM head).
+    team: Option<Arc<Team>>,
 }
 
 impl std::fmt::Debug for ExecutorBackend {
@@ -39,6 +43,7 @@ impl ExecutorBackend {
             precision,
             accumulation: Accumulation::F32,
             pool: None,
+            team: None,
         }
     }
 
@@ -48,7 +53,8 @@ impl ExecutorBackend {
         self
     }
 
-    /// Runs every predict on a pool of `threads` threads.
+    /// Runs every predict on a pool of `threads` threads, its matvecs on the process's team of
+    /// `threads` threads ([`Team::shared`]; on the caller alone if no helper could start).
     pub fn with_threads(
         precision: Precision,
         threads: usize,
@@ -61,6 +67,7 @@ impl ExecutorBackend {
             precision,
             accumulation: Accumulation::F32,
             pool: Some(Arc::new(pool)),
+            team: Team::shared(threads).ok(),
         })
     }
 }
@@ -102,9 +109,11 @@ impl Backend for ExecutorBackend {
         inputs: &HashMap<String, Tensor>,
         state: &mut Self::State,
     ) -> Result<HashMap<String, Tensor>, Self::Error> {
-        match &self.pool {
-            Some(pool) => pool.install(|| package.predict(function, inputs, state)),
-            None => package.predict(function, inputs, state),
+        let mut run = || package.predict(function, inputs, state);
+        match (&self.pool, &self.team) {
+            (Some(pool), Some(team)) => pool.install(|| team::with_team(team, run)),
+            (Some(pool), None) => pool.install(run),
+            (None, _) => run(),
         }
     }
 
@@ -123,9 +132,10 @@ impl Backend for ExecutorBackend {
                 }
             })
         };
-        let outputs = match &self.pool {
-            Some(pool) => pool.install(run)?,
-            None => run()?,
+        let outputs = match (&self.pool, &self.team) {
+            (Some(pool), Some(team)) => pool.install(|| team::with_team(team, run))?,
+            (Some(pool), None) => pool.install(run)?,
+            (None, _) => run()?,
         };
         Ok((outputs, first_non_finite))
     }

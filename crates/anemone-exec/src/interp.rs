@@ -13,6 +13,7 @@ use crate::kernels::{elementwise, fp16acc, gemm_f16, linalg, norm, shape, Accumu
 use crate::package::{Fused, LoadedPackage, PreparedFunction, State, Step};
 
 mod attend;
+mod projections;
 
 enum Slot<'a> {
     Empty,
@@ -196,7 +197,9 @@ impl LoadedPackage {
         };
         let mut next = 0;
         let mut hidden_memo: attend::HiddenMemo = None;
+        let mut stash = projections::Stash::default();
         while let Some(step) = f.steps.get(next) {
+            let i = next;
             let op_err = |detail: String| ExecError::Op {
                 path: self.path.clone(),
                 function: f.name.clone(),
@@ -219,9 +222,9 @@ impl LoadedPackage {
             let outs = match &step.fused {
                 // an observer sees every value, so views are materialised for it
                 Fused::No | Fused::View { .. } if observer.is_some() => {
-                    run_step(&mut frame, step).map_err(op_err)?
+                    run_any(&mut frame, &f.steps, i, &mut stash).map_err(op_err)?
                 }
-                Fused::No => run_step(&mut frame, step).map_err(op_err)?,
+                Fused::No => run_any(&mut frame, &f.steps, i, &mut stash).map_err(op_err)?,
                 Fused::Elided => vec![],
                 Fused::ReadsInPlace(name) => {
                     frame.alias(step, name);
@@ -470,6 +473,19 @@ fn tensor(out: &anemone_mil::TensorType, data: Vec<f32>) -> Tensor {
         dtype: out.dtype,
         shape: out.shape.clone(),
         data,
+    }
+}
+
+/// Step `i` of `steps`: computed ahead with a group of projections, or by [`run_step`].
+fn run_any(
+    fr: &mut Frame,
+    steps: &[Step],
+    i: usize,
+    stash: &mut projections::Stash,
+) -> Result<Vec<Tensor>, String> {
+    match projections::run(fr, steps, i, stash)? {
+        Some(outs) => Ok(outs),
+        None => run_step(fr, &steps[i]),
     }
 }
 

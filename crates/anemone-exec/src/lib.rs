@@ -53,6 +53,7 @@ mod interp;
 pub mod kernels;
 mod package;
 mod plan;
+pub mod team;
 
 pub use error::{ExecError, Result};
 pub use interp::OpOutput;

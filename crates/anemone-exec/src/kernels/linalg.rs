@@ -124,69 +124,154 @@ pub(crate) fn matmul_on(
     Ok(())
 }
 
-/// Rows per parallel task of a matvec (a few tasks per core, each a contiguous block of W).
-const MATVEC_ROWS_PER_TASK: usize = 64;
+/// Bytes of weight rows per block of a matvec region (blocks are claimed by the team's
+/// threads one at a time, so a late thread costs nothing).
+const MATVEC_BLOCK_BYTES: usize = 32 << 10;
+
+/// The weight of a single-token projection `dst = W·x`.
+#[derive(Clone, Copy)]
+pub enum RowWeights<'a> {
+    /// Row-major fp16 `[dst.len() × x.len()]`, read through [`simd::dot_f16_kernel`].
+    F16(&'a [half::f16]),
+    /// Any strided f32 matrix `[dst.len() × x.len()]`: rows with unit column stride through
+    /// [`simd::dot_f32_kernel`], others summed in order.
+    F32(MatRef<'a>),
+}
+
+/// One matvec of a region: `dst = W·x` (`dst += W·x` when `accumulate`).
+pub struct Projection<'a> {
+    pub dst: &'a mut [f32],
+    pub w: RowWeights<'a>,
+    pub accumulate: bool,
+}
+
+impl Projection<'_> {
+    fn check(&self, k: usize) -> Result<(), String> {
+        let rows = self.dst.len();
+        match self.w {
+            RowWeights::F16(w) if w.len() != rows * k => Err(format!(
+                "fp16 matvec: weight of {} values for {rows} rows of {k}",
+                w.len()
+            )),
+            RowWeights::F32(a) if a.rows != rows || a.cols != k || !a.fits() => Err(format!(
+                "matvec: a {}×{} matrix for {rows} rows of {k}",
+                a.rows, a.cols
+            )),
+            RowWeights::F16(_) | RowWeights::F32(_) => Ok(()),
+        }
+    }
+
+    fn rows_per_block(&self, k: usize) -> usize {
+        let row_bytes = match self.w {
+            RowWeights::F16(_) => 2 * k,
+            RowWeights::F32(_) => 4 * k,
+        };
+        (MATVEC_BLOCK_BYTES / row_bytes.max(1)).clamp(1, 1024)
+    }
+}
+
+/// `dst = W·x` for every projection of `group` (all of the same `x`) in one parallel region
+/// of this thread's [`crate::team`]: one fork and join for, e.g., the q/k/v projections of a
+/// layer. Every row is one dot product computed exactly as by [`matvec_f16`] /
+/// `matmul_into`'s single-column path, whichever thread runs it.
+pub fn matvec_group(group: &mut [Projection], x: &[f32]) -> Result<(), String> {
+    let k = x.len();
+    for p in group.iter() {
+        p.check(k)?;
+    }
+    if k == 0 {
+        for p in group.iter_mut() {
+            if !p.accumulate {
+                p.dst.fill(0.0);
+            }
+        }
+        return Ok(());
+    }
+    struct Job<'a> {
+        out: crate::team::SharedOut,
+        rows: usize,
+        rows_per_block: usize,
+        first_block: usize,
+        w: RowWeights<'a>,
+        accumulate: bool,
+    }
+    let mut jobs = Vec::with_capacity(group.len());
+    let (mut blocks, mut work) = (0, 0);
+    for p in group.iter_mut() {
+        let rows = p.dst.len();
+        let rows_per_block = p.rows_per_block(k);
+        jobs.push(Job {
+            out: crate::team::SharedOut::new(p.dst),
+            rows,
+            rows_per_block,
+            first_block: blocks,
+            w: p.w,
+            accumulate: p.accumulate,
+        });
+        blocks += rows.div_ceil(rows_per_block);
+        work += rows * k;
+    }
+    let (dot16, dot32) = (simd::dot_f16_kernel(), simd::dot_f32_kernel());
+    let run_block = |b: usize| {
+        let Some(job) = jobs.iter().rev().find(|j| j.first_block <= b) else {
+            return;
+        };
+        let first = (b - job.first_block) * job.rows_per_block;
+        let last = (first + job.rows_per_block).min(job.rows);
+        // SAFETY: blocks are disjoint row ranges inside the job's `dst`, which outlives the
+        // region (`matvec_group` holds its borrow until `for_each_block` returns).
+        let out = unsafe { job.out.slice(first..last) };
+        match job.w {
+            RowWeights::F16(w) => {
+                for (r, d) in out.iter_mut().enumerate() {
+                    let i = first + r;
+                    *d = dot16(&w[i * k..(i + 1) * k], x);
+                }
+            }
+            RowWeights::F32(a) => {
+                for (r, d) in out.iter_mut().enumerate() {
+                    let i = first + r;
+                    let v = if a.cs == 1 {
+                        dot32(&a.data[i * a.rs..i * a.rs + k], x)
+                    } else {
+                        (0..k).map(|j| a.data[i * a.rs + j * a.cs] * x[j]).sum()
+                    };
+                    *d = if job.accumulate { *d + v } else { v };
+                }
+            }
+        }
+    };
+    let team = if work >= PARALLEL_WORK {
+        crate::team::current()
+    } else {
+        None
+    };
+    crate::team::for_each_block(team.as_deref(), blocks, &run_block);
+    Ok(())
+}
 
 fn matvec_strided(dst: &mut [f32], a: MatRef, x: &[f32], accumulate: bool) {
-    let k = a.cols;
-    let dot = simd::dot_f32_kernel();
-    let row = |i: usize| -> f32 {
-        if a.cs == 1 {
-            dot(&a.data[i * a.rs..i * a.rs + k], x)
-        } else {
-            (0..k).map(|j| a.data[i * a.rs + j * a.cs] * x[j]).sum()
-        }
-    };
-    let kernel = |(t, chunk): (usize, &mut [f32])| {
-        for (r, d) in chunk.iter_mut().enumerate() {
-            let v = row(t * MATVEC_ROWS_PER_TASK + r);
-            *d = if accumulate { *d + v } else { v };
-        }
-    };
-    if a.rows * k >= PARALLEL_WORK {
-        dst.par_chunks_mut(MATVEC_ROWS_PER_TASK)
-            .enumerate()
-            .for_each(kernel);
-    } else {
-        dst.chunks_mut(MATVEC_ROWS_PER_TASK)
-            .enumerate()
-            .for_each(kernel);
-    }
+    let mut group = [Projection {
+        dst,
+        w: RowWeights::F32(a),
+        accumulate,
+    }];
+    // `matmul_into` checked the shapes, so this cannot fail
+    let _ = matvec_group(&mut group, x);
 }
 
 /// `dst = W · x` for an fp16 row-major `W [rows × x.len()]`, widened to f32 (F16C where
 /// available) and summed in f32. Half the memory traffic of an f32
 /// matvec, which is what bounds a single-token projection.
 pub fn matvec_f16(dst: &mut [f32], w: &[half::f16], x: &[f32]) -> Result<(), String> {
-    let k = x.len();
-    if w.len() != dst.len() * k {
-        return Err(format!(
-            "fp16 matvec: weight of {} values for {} rows of {k}",
-            w.len(),
-            dst.len()
-        ));
-    }
-    if k == 0 {
-        dst.fill(0.0);
-        return Ok(());
-    }
-    let dot = simd::dot_f16_kernel();
-    let kernel = |(t, chunk): (usize, &mut [f32])| {
-        for (r, d) in chunk.iter_mut().enumerate() {
-            let i = t * MATVEC_ROWS_PER_TASK + r;
-            *d = dot(&w[i * k..(i + 1) * k], x);
-        }
-    };
-    if dst.len() * k >= PARALLEL_WORK {
-        dst.par_chunks_mut(MATVEC_ROWS_PER_TASK)
-            .enumerate()
-            .for_each(kernel);
-    } else {
-        dst.chunks_mut(MATVEC_ROWS_PER_TASK)
-            .enumerate()
-            .for_each(kernel);
-    }
-    Ok(())
+    matvec_group(
+        &mut [Projection {
+            dst,
+            w: RowWeights::F16(w),
+            accumulate: false,
+        }],
+        x,
+    )
 }
 
 std::thread_local! {
@@ -360,5 +445,99 @@ pub fn batched_matmul(
     match failure {
         Some(e) => Err(e),
         None => Ok(out),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use half::f16;
+
+    use super::*;
+    use crate::team::{self, Team};
+
+    fn values(n: usize, seed: usize) -> Vec<f32> {
+        (0..n)
+            .map(|i| (((i + seed) * 7919 % 2003) as f32 - 1001.0) / 613.0)
+            .collect()
+    }
+
+    /// Every row of a grouped matvec (fp16 and f32 rows, strided f32 rows, accumulation) is
+    /// the per-row dot bit for bit, whatever the team's width and however blocks fall.
+    #[test]
+    fn grouped_matvecs_equal_the_per_row_dots_bit_for_bit() {
+        let (dot16, dot32) = (simd::dot_f16_kernel(), simd::dot_f32_kernel());
+        for k in [1usize, 7, 33, 583] {
+            let x = values(k, 1);
+            // enough rows that the region runs on the team (≥ PARALLEL_WORK multiply-adds)
+            let rows = [PARALLEL_WORK / k / 2 + 5, 3, PARALLEL_WORK / k / 3 + 1];
+            let w16: Vec<f16> = values(rows[0] * k, 2)
+                .iter()
+                .map(|&v| f16::from_f32(v))
+                .collect();
+            let w32 = values(rows[1] * k, 3);
+            // a transposed view: rows with column stride rows[2]
+            let wt = values(rows[2] * k, 4);
+            let mut want = [
+                vec![0.0f32; rows[0]],
+                vec![0.0; rows[1]],
+                vec![0.5; rows[2]],
+            ];
+            for (r, d) in want[0].iter_mut().enumerate() {
+                *d = dot16(&w16[r * k..(r + 1) * k], &x);
+            }
+            for (r, d) in want[1].iter_mut().enumerate() {
+                *d = dot32(&w32[r * k..(r + 1) * k], &x);
+            }
+            for (r, d) in want[2].iter_mut().enumerate() {
+                let v: f32 = (0..k).map(|j| wt[j * rows[2] + r] * x[j]).sum();
+                *d += v;
+            }
+            for threads in [1, 2, 3] {
+                let team = Arc::new(Team::new(threads).unwrap());
+                let mut got = [
+                    vec![0.0f32; rows[0]],
+                    vec![0.0; rows[1]],
+                    vec![0.5; rows[2]],
+                ];
+                let [g0, g1, g2] = &mut got;
+                let mut group = [
+                    Projection {
+                        dst: g0,
+                        w: RowWeights::F16(&w16),
+                        accumulate: false,
+                    },
+                    Projection {
+                        dst: g1,
+                        w: RowWeights::F32(MatRef::row_major(&w32, rows[1], k)),
+                        accumulate: false,
+                    },
+                    Projection {
+                        dst: g2,
+                        w: RowWeights::F32(MatRef::row_major(&wt, k, rows[2]).transposed()),
+                        accumulate: true,
+                    },
+                ];
+                team::with_team(&team, || matvec_group(&mut group, &x)).unwrap();
+                for (p, (g, w)) in got.iter().zip(&want).enumerate() {
+                    let same = g.iter().zip(w).all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(same, "k={k} threads={threads} projection {p}");
+                }
+                let mut single = vec![0.0f32; rows[0]];
+                team::with_team(&team, || matvec_f16(&mut single, &w16, &x)).unwrap();
+                assert!(single
+                    .iter()
+                    .zip(&want[0])
+                    .all(|(a, b)| a.to_bits() == b.to_bits()));
+            }
+        }
+    }
+
+    #[test]
+    fn a_matvec_of_the_wrong_weight_size_is_refused() {
+        let w = vec![f16::ZERO; 10];
+        let err = matvec_f16(&mut [0.0; 3], &w, &[1.0; 4]).unwrap_err();
+        assert!(err.contains("weight of 10 values for 3 rows of 4"), "{err}");
     }
 }

@@ -142,6 +142,73 @@ pub fn dot_f16_kernel() -> DotF16 {
 mod tests {
     use super::*;
 
+    #[cfg(target_arch = "x86_64")]
+    /// The summation order of the x86 dots, spelled out in scalar code: element `i + 8k` of
+    /// each 32-wide step into accumulator `k`, lane `i` (fused multiply-add); the 8-wide tail
+    /// steps into accumulator 0; then `(acc0 + acc1) + (acc2 + acc3)` lane-wise, the lanes
+    /// summed as `((l0 + l4) + (l1 + l5)) + ((l2 + l6) + (l3 + l7))`, and the last `n % 8`
+    /// products added one by one (not fused).
+    fn dot_spec(w: &[f32], x: &[f32]) -> f32 {
+        let n = w.len().min(x.len());
+        let mut acc = [[0.0f32; 8]; 4];
+        let mut i = 0;
+        while i + 32 <= n {
+            for (k, a) in acc.iter_mut().enumerate() {
+                for (l, lane) in a.iter_mut().enumerate() {
+                    *lane = w[i + 8 * k + l].mul_add(x[i + 8 * k + l], *lane);
+                }
+            }
+            i += 32;
+        }
+        while i + 8 <= n {
+            for (l, lane) in acc[0].iter_mut().enumerate() {
+                *lane = w[i + l].mul_add(x[i + l], *lane);
+            }
+            i += 8;
+        }
+        let v: Vec<f32> = (0..8)
+            .map(|l| (acc[0][l] + acc[1][l]) + (acc[2][l] + acc[3][l]))
+            .collect();
+        let mut s = ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
+        for j in i..n {
+            s += w[j] * x[j];
+        }
+        s
+    }
+
+    /// Fails if the SIMD dots' values change: bit equality with the spelled-out order on
+    /// awkward lengths (tails of every size, long rows).
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn simd_dots_keep_their_summation_order_bit_for_bit() {
+        if !(has_avx2_fma() && is_x86_feature_detected!("f16c")) {
+            return;
+        }
+        for n in [
+            0usize, 1, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 39, 40, 63, 64, 65, 95, 96, 100, 257,
+            576, 583, 896, 1536, 4864,
+        ] {
+            let a: Vec<f32> = (0..n)
+                .map(|i| ((i * 7919 % 2003) as f32 - 1001.0) / 977.0)
+                .collect();
+            let b: Vec<f32> = (0..n)
+                .map(|i| ((i * 104_729 % 1009) as f32 - 504.0) / 311.0)
+                .collect();
+            let h: Vec<f16> = a.iter().map(|&v| f16::from_f32(v)).collect();
+            let widened: Vec<f32> = h.iter().map(|v| v.to_f32()).collect();
+            assert_eq!(
+                dot_f32_kernel()(&a, &b).to_bits(),
+                dot_spec(&a, &b).to_bits(),
+                "f32 n={n}"
+            );
+            assert_eq!(
+                dot_f16_kernel()(&h, &b).to_bits(),
+                dot_spec(&widened, &b).to_bits(),
+                "f16 n={n}"
+            );
+        }
+    }
+
     #[test]
     fn simd_and_portable_dots_agree() {
         for n in [0usize, 1, 7, 8, 31, 32, 33, 100, 896] {

@@ -5,11 +5,14 @@ use std::borrow::Cow;
 use std::path::Path;
 
 use anemone_checkpoint::TokenizerBundle;
+use anemone_exec::team::{self, SharedOut, Team};
 use anemone_models::bundle::Manifest;
 use anemone_models::families::decoder::tensor_names::{EMBED_TOKENS as EMBED, FINAL_NORM, LM_HEAD};
 use anemone_models::reference::kernels::{dot, dot_f16};
 use half::f16;
-use rayon::prelude::*;
+
+/// Bytes of LM-head rows per block claimed by a thread of the team.
+const HEAD_BLOCK_BYTES: usize = 64 << 10;
 
 use super::PipelineError;
 
@@ -108,8 +111,9 @@ impl HostWeights {
         self.head_on_host
     }
 
-    /// `lm_head(rms_norm(x) · w)` for one hidden vector, in f32.
-    pub fn logits(&self, x: &[f32]) -> Vec<f32> {
+    /// `lm_head(rms_norm(x) · w)` for one hidden vector, in f32, its rows spread over `team`
+    /// (each row one [`dot`] / [`dot_f16`], whichever thread runs it).
+    pub fn logits(&self, x: &[f32], team: Option<&Team>) -> Vec<f32> {
         let h = self.hidden;
         let mean_sq = x.iter().map(|v| (*v as f64) * (*v as f64)).sum::<f64>() / h as f64;
         let inv = 1.0 / (mean_sq + self.eps as f64).sqrt();
@@ -120,14 +124,24 @@ impl HostWeights {
             .collect();
         let head = self.lm_head.as_ref().unwrap_or(&self.embed);
         let mut logits = vec![0f32; self.vocab];
-        logits
-            .par_chunks_mut(1024)
-            .enumerate()
-            .for_each(|(block, out)| {
-                for (i, o) in out.iter_mut().enumerate() {
-                    *o = head.dot_row(block * 1024 + i, &normed);
-                }
-            });
+        let row_bytes = h * if matches!(head, HostTensor::F16(_)) {
+            2
+        } else {
+            4
+        };
+        let rows_per_block = (HEAD_BLOCK_BYTES / row_bytes.max(1)).max(1);
+        let blocks = self.vocab.div_ceil(rows_per_block);
+        let out = SharedOut::new(&mut logits);
+        let vocab = self.vocab;
+        team::for_each_block(team, blocks, &|b| {
+            let first = b * rows_per_block;
+            let last = (first + rows_per_block).min(vocab);
+            // SAFETY: blocks are disjoint row ranges of `logits`, which outlives the region.
+            let rows = unsafe { out.slice(first..last) };
+            for (i, o) in rows.iter_mut().enumerate() {
+                *o = head.dot_row(first + i, &normed);
+            }
+        });
         logits
     }
 }

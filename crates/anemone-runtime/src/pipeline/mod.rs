@@ -13,9 +13,11 @@ pub use host::HostWeights;
 pub use session::{FeedTrace, Session};
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anemone_backend::Backend;
 use anemone_checkpoint::TokenizerBundle;
+use anemone_exec::team::Team;
 use anemone_mil::DType;
 use anemone_models::ane::names;
 use anemone_models::bundle::{self, BundleError, FileCheck, Manifest};
@@ -99,7 +101,9 @@ pub struct PipelineOptions {
     /// (inputs, outputs, states: names, dtypes, shapes) against the manifest, before loading
     /// (default on).
     pub verify_hashes: bool,
-    /// Threads of the host work (LM head); `None` = the global rayon pool.
+    /// Threads of the host work (LM head): the process's team of that many threads, which an
+    /// executor of the same `--threads` runs its matvecs on too (no oversubscription); `None`
+    /// = as many as the global rayon pool.
     pub host_threads: Option<usize>,
 }
 
@@ -173,7 +177,9 @@ pub struct Pipeline<B: Backend> {
     tokenizer: Option<TokenizerBundle>,
     /// dtype of the chunk functions' float inputs (the bundle precision).
     activation_dtype: DType,
-    host_pool: Option<rayon::ThreadPool>,
+    /// The team the host's LM head runs on (`None`: the calling thread's team, as wide as its
+    /// rayon pool).
+    host_team: Option<Arc<Team>>,
 }
 
 impl<B: Backend> std::fmt::Debug for Pipeline<B> {
@@ -258,17 +264,15 @@ impl<B: Backend> Pipeline<B> {
             None => None,
         };
         let packages_s = packages_started.elapsed().as_secs_f64() - compile_s;
-        let host_pool = match options.host_threads {
-            Some(threads) => Some(
-                rayon::ThreadPoolBuilder::new()
-                    .num_threads(threads)
-                    .thread_name(|i| format!("anemone-host-{i}"))
-                    .build()
-                    .map_err(|e| PipelineError::ThreadPool {
+        let host_team = match options.host_threads {
+            Some(threads) => {
+                Some(
+                    Team::shared(threads).map_err(|e| PipelineError::ThreadPool {
                         threads,
                         problem: e.to_string(),
                     })?,
-            ),
+                )
+            }
             None => None,
         };
         Ok(Pipeline {
@@ -279,7 +283,7 @@ impl<B: Backend> Pipeline<B> {
                 compile_s,
                 compile_cache: CompileCache::of(cache_reports),
             },
-            host_pool,
+            host_team,
             backend,
             dir: dir.to_path_buf(),
             manifest,

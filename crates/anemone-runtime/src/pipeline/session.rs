@@ -319,9 +319,9 @@ impl<'p, B: Backend> Session<'p, B> {
             let hidden = read_buffer(p, last, last_path, function, h * t)?;
             let x = column(&hidden, h, t, col);
             let host = &p.host;
-            return Ok(match &p.host_pool {
-                Some(pool) => pool.install(|| host.logits(&x)),
-                None => host.logits(&x),
+            return Ok(match &p.host_team {
+                Some(team) => host.logits(&x, Some(team)),
+                None => host.logits(&x, anemone_exec::team::current().as_deref()),
             });
         };
         let entry = p
