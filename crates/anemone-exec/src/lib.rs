@@ -27,8 +27,11 @@
 //!   products are of the f32 values of fp16 operands (widening is exact);
 //! - fp16 projection weights (1×1 conv, linear) are held as fp16 only: single-token steps read
 //!   them through an fp16×f32 dot ([`kernels::linalg::matvec_f16`]), wider steps widen them
-//!   into a reused f32 buffer and run the same `gemm` call as on an f32 copy, so results are bit
-//!   for bit those of an f32 copy of the weights. Other constants are held as f32.
+//!   panel by panel into reused per-thread f32 buffers and run `gemm` per panel
+//!   ([`kernels::gemm_f16`]), so results are bit for bit those of one `gemm` call on an f32 copy
+//!   of the weights. Other constants are held as f32;
+//! - a prefill window's per-head attention runs over the filled KV slots only when the skipped
+//!   ones provably contribute exact zeros ([`kernels::attention`]): the same values as over all.
 //!
 //! [`Accumulation::Fp16Blocks`] (`--precision fp16-acc`) keeps the rounding above and makes
 //! every sum inside an op accumulate in fp16 blocks ([`kernels::fp16acc`]): the pessimistic
