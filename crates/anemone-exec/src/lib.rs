@@ -52,6 +52,7 @@ mod error;
 mod interp;
 pub mod kernels;
 mod package;
+mod packed;
 mod plan;
 
 pub use error::{ExecError, Result};

@@ -1,0 +1,270 @@
+//! Projection weights (1×1 conv, linear) held as the package stores them: fp16 values, or the
+//! payload of an fp16 `constexpr_blockwise_shift_scale` (integer data + scales) or
+//! `constexpr_lut_to_dense` (indices + fp16 palettes). Each element is formed exactly as
+//! [`crate::decompress`] forms it, as an fp16 value, so a single-token matvec over a row formed
+//! on the fly sums the same fp16 values in the same order as over the expanded weight.
+
+use anemone_mil::{DType, TensorData};
+use half::f16;
+
+use crate::decompress::{check_blocks, shift_scale_element};
+use crate::kernels::{linalg, Accumulation};
+
+/// A projection weight `[O, I, 1…]` (or `[O, I]`), read as `O` rows of `I` values.
+pub(crate) struct HalfWeight {
+    pub shape: Vec<usize>,
+    pub data: WeightData,
+}
+
+pub(crate) enum WeightData {
+    /// Plain fp16 values.
+    Half(Vec<f16>),
+    /// `scale * (data - offset)` per block, fp16 scale, integer data.
+    ShiftScale {
+        data: TensorData,
+        scale: Vec<f32>,
+        offset: Option<Vec<f32>>,
+        offset_promotes: bool,
+        blocks: Blocks,
+    },
+    /// `lut[block, index]`, fp16 palettes of `palette` entries.
+    Lut {
+        indices: TensorData,
+        table: Vec<f16>,
+        palette: usize,
+        blocks: Blocks,
+    },
+}
+
+/// Block of element `(row, col)`: `(row / rows_per) * cols_blocks + col / cols_per` (the block
+/// counts of the trailing unit axes are 1).
+pub(crate) struct Blocks {
+    rows_per: usize,
+    cols_per: usize,
+    col_blocks: usize,
+}
+
+impl Blocks {
+    fn new(shape: &[usize], counts: &[usize]) -> Option<Self> {
+        check_blocks("blocks", shape, counts).ok()?;
+        if counts[2..].iter().any(|&c| c != 1) {
+            return None;
+        }
+        Some(Blocks {
+            rows_per: shape[0] / counts[0],
+            cols_per: shape[1] / counts[1],
+            col_blocks: counts[1],
+        })
+    }
+
+    #[inline]
+    fn of(&self, row: usize, col: usize) -> usize {
+        row / self.rows_per * self.col_blocks + col / self.cols_per
+    }
+}
+
+/// Integer element `e` of packed `data` (as [`TensorData::to_i32_vec`] reads it).
+#[inline]
+fn code(bytes: &[u8], dtype: DType, e: usize) -> i32 {
+    match dtype {
+        DType::I8 => bytes[e] as i8 as i32,
+        DType::U8 => bytes[e] as i32,
+        _ => {
+            let bits = dtype.bits();
+            let mask = (1u32 << bits) - 1;
+            let bit = e * bits;
+            let lo = bytes[bit / 8] as u32;
+            let hi = if bit % 8 + bits > 8 {
+                bytes[bit / 8 + 1] as u32
+            } else {
+                0
+            };
+            let c = ((lo | (hi << 8)) >> (bit % 8)) & mask;
+            if dtype == DType::I4 {
+                ((c << 28) as i32) >> 28
+            } else {
+                c as i32
+            }
+        }
+    }
+}
+
+/// A pointwise projection weight shape: `[O, I]` or `[O, I, 1, …]`.
+fn pointwise(shape: &[usize]) -> bool {
+    shape.len() >= 2 && shape[2..].iter().all(|&d| d == 1)
+}
+
+impl HalfWeight {
+    /// An fp16 const, kept fp16.
+    pub fn half(value: &TensorData) -> Option<Self> {
+        if value.dtype() != DType::F16 || !pointwise(value.shape()) {
+            return None;
+        }
+        let data = value
+            .bytes()
+            .chunks_exact(2)
+            .map(|c| f16::from_le_bytes([c[0], c[1]]))
+            .collect();
+        Some(HalfWeight {
+            shape: value.shape().to_vec(),
+            data: WeightData::Half(data),
+        })
+    }
+
+    /// An fp16 `constexpr_blockwise_shift_scale` of integer data, kept compressed (`None`
+    /// when it is not one, or malformed: the expanding decoder reports that).
+    pub fn shift_scale(
+        data: &TensorData,
+        scale: &TensorData,
+        offset: Option<&TensorData>,
+    ) -> Option<Self> {
+        let integer = matches!(data.dtype(), DType::I4 | DType::U4 | DType::I8 | DType::U8);
+        if !integer || scale.dtype() != DType::F16 || !pointwise(data.shape()) {
+            return None;
+        }
+        if scale.shape().len() != data.shape().len() {
+            return None;
+        }
+        if let Some(o) = offset {
+            let valid = o.dtype().is_float() || o.dtype() == data.dtype();
+            if o.shape() != scale.shape() || !valid {
+                return None;
+            }
+        }
+        let blocks = Blocks::new(data.shape(), scale.shape())?;
+        Some(HalfWeight {
+            shape: data.shape().to_vec(),
+            data: WeightData::ShiftScale {
+                data: data.clone(),
+                scale: scale.to_f32_vec(),
+                offset: offset.map(TensorData::to_f32_vec),
+                offset_promotes: offset.is_some_and(|o| o.dtype() == DType::F32),
+                blocks,
+            },
+        })
+    }
+
+    /// An fp16 `constexpr_lut_to_dense` (scalar palettes), kept compressed.
+    pub fn lut(indices: &TensorData, lut: &TensorData) -> Option<Self> {
+        let (ishape, lshape) = (indices.shape(), lut.shape());
+        let valid_idx = matches!(
+            indices.dtype(),
+            DType::U1 | DType::U2 | DType::U3 | DType::U4 | DType::U6 | DType::U8
+        );
+        if !valid_idx || lut.dtype() != DType::F16 || !pointwise(ishape) {
+            return None;
+        }
+        let r = ishape.len();
+        if lshape.len() != r + 2 || lshape[r] != 1 << indices.dtype().bits() || lshape[r + 1] != 1 {
+            return None;
+        }
+        let blocks = Blocks::new(ishape, &lshape[..r])?;
+        let table = lut
+            .bytes()
+            .chunks_exact(2)
+            .map(|c| f16::from_le_bytes([c[0], c[1]]))
+            .collect();
+        Some(HalfWeight {
+            shape: ishape.to_vec(),
+            data: WeightData::Lut {
+                indices: indices.clone(),
+                table,
+                palette: lshape[r],
+                blocks,
+            },
+        })
+    }
+
+    /// Rows × columns of the weight as a matrix.
+    pub fn rows_cols(&self) -> (usize, usize) {
+        (self.shape[0], self.shape[1])
+    }
+
+    /// Row `i` as fp16 values (exactly the expanded constant's).
+    pub fn row(&self, i: usize, out: &mut [f16]) {
+        let k = out.len();
+        let base = i * k;
+        match &self.data {
+            WeightData::Half(v) => out.copy_from_slice(&v[base..base + k]),
+            WeightData::ShiftScale {
+                data,
+                scale,
+                offset,
+                offset_promotes,
+                blocks,
+            } => {
+                let (bytes, dtype) = (data.bytes(), data.dtype());
+                for (j, o) in out.iter_mut().enumerate() {
+                    let b = blocks.of(i, j);
+                    let v = code(bytes, dtype, base + j) as f32;
+                    let off = offset.as_ref().map(|o| o[b]);
+                    *o = f16::from_f32(shift_scale_element(
+                        v,
+                        scale[b],
+                        off,
+                        true,
+                        *offset_promotes,
+                    ));
+                }
+            }
+            WeightData::Lut {
+                indices,
+                table,
+                palette,
+                blocks,
+            } => {
+                let (bytes, dtype) = (indices.bytes(), indices.dtype());
+                for (j, o) in out.iter_mut().enumerate() {
+                    let g = blocks.of(i, j);
+                    *o = table[g * palette + code(bytes, dtype, base + j) as usize];
+                }
+            }
+        }
+    }
+
+    /// `dst = W · x` (one token): fp16 weights read directly, compressed ones row by row.
+    pub fn matvec(&self, dst: &mut [f32], x: &[f32], acc: Accumulation) -> Result<(), String> {
+        let (rows, k) = self.rows_cols();
+        if dst.len() != rows || x.len() != k {
+            return Err(format!(
+                "matvec: weight {:?} for {} outputs of a {}-vector",
+                self.shape,
+                dst.len(),
+                x.len()
+            ));
+        }
+        match (&self.data, acc) {
+            (WeightData::Half(w), Accumulation::F32) => linalg::matvec_f16(dst, w, x),
+            (WeightData::Half(w), Accumulation::Fp16Blocks) => {
+                crate::kernels::fp16acc::matvec_f16(dst, w, x)
+            }
+            (WeightData::ShiftScale { .. } | WeightData::Lut { .. }, _) => {
+                linalg::matvec_rows(dst, x, |i, buf| self.row(i, buf), acc);
+                Ok(())
+            }
+        }
+    }
+
+    /// Runs `f` on the weight's values as f32 in a per-thread buffer (wide steps).
+    pub fn with_widened<R>(&self, f: impl FnOnce(&[f32]) -> R) -> R {
+        use half::slice::HalfFloatSliceExt;
+        match &self.data {
+            WeightData::Half(w) => linalg::with_widened(w, f),
+            WeightData::ShiftScale { .. } | WeightData::Lut { .. } => {
+                let (rows, k) = self.rows_cols();
+                let fill = |buf: &mut [f32]| {
+                    let mut row = vec![f16::ZERO; k];
+                    for (i, out) in buf.chunks_mut(k.max(1)).enumerate().take(rows) {
+                        self.row(i, &mut row);
+                        row.convert_to_f32_slice(out);
+                    }
+                };
+                linalg::with_filled(rows * k, fill, f)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "packed_tests.rs"]
+mod tests;
