@@ -7,7 +7,9 @@
 use anemone_mil::{DType, TensorData};
 use half::f16;
 
-use crate::decompress::{check_blocks, shift_scale_element};
+use anemone_backend::round_f16_in_place;
+
+use crate::decompress::check_blocks;
 use crate::kernels::{linalg, Accumulation};
 
 /// A projection weight `[O, I, 1…]` (or `[O, I]`), read as `O` rows of `I` values.
@@ -36,7 +38,7 @@ pub(crate) enum WeightData {
     },
 }
 
-/// Block of element `(row, col)`: `(row / rows_per) * cols_blocks + col / cols_per` (the block
+/// Block of element `(row, col)`: `(row / rows_per) * col_blocks + col / cols_per` (the block
 /// counts of the trailing unit axes are 1).
 pub(crate) struct Blocks {
     rows_per: usize,
@@ -57,34 +59,67 @@ impl Blocks {
         })
     }
 
+    /// Block of element `(row, 0)`; column `c` is `c / cols_per` blocks further.
     #[inline]
-    fn of(&self, row: usize, col: usize) -> usize {
-        row / self.rows_per * self.col_blocks + col / self.cols_per
+    fn row(&self, row: usize) -> usize {
+        row / self.rows_per * self.col_blocks
     }
 }
 
-/// Integer element `e` of packed `data` (as [`TensorData::to_i32_vec`] reads it).
-#[inline]
-fn code(bytes: &[u8], dtype: DType, e: usize) -> i32 {
+/// Integer elements `start..start + out.len()` of packed `data` (as
+/// [`TensorData::to_i32_vec`] reads them: little-endian bit order, int4 sign-extended).
+fn codes(bytes: &[u8], dtype: DType, start: usize, out: &mut [i32]) {
     match dtype {
-        DType::I8 => bytes[e] as i8 as i32,
-        DType::U8 => bytes[e] as i32,
+        DType::I8 => {
+            let b = &bytes[start..start + out.len()];
+            out.iter_mut()
+                .zip(b)
+                .for_each(|(o, &v)| *o = v as i8 as i32);
+        }
+        DType::U8 => {
+            let b = &bytes[start..start + out.len()];
+            out.iter_mut().zip(b).for_each(|(o, &v)| *o = v as i32);
+        }
+        DType::U4 | DType::I4 => {
+            let signed = dtype == DType::I4;
+            for (n, o) in out.iter_mut().enumerate() {
+                let e = start + n;
+                let c = (bytes[e / 2] >> (4 * (e % 2))) & 15;
+                *o = if signed {
+                    ((c << 4) as i8 >> 4) as i32
+                } else {
+                    c as i32
+                };
+            }
+        }
         _ => {
             let bits = dtype.bits();
             let mask = (1u32 << bits) - 1;
-            let bit = e * bits;
-            let lo = bytes[bit / 8] as u32;
-            let hi = if bit % 8 + bits > 8 {
-                bytes[bit / 8 + 1] as u32
-            } else {
-                0
-            };
-            let c = ((lo | (hi << 8)) >> (bit % 8)) & mask;
-            if dtype == DType::I4 {
-                ((c << 28) as i32) >> 28
-            } else {
-                c as i32
+            for (n, o) in out.iter_mut().enumerate() {
+                let bit = (start + n) * bits;
+                let lo = bytes[bit / 8] as u32;
+                let hi = if bit % 8 + bits > 8 {
+                    bytes[bit / 8 + 1] as u32
+                } else {
+                    0
+                };
+                *o = (((lo | (hi << 8)) >> (bit % 8)) & mask) as i32;
             }
+        }
+    }
+}
+
+/// Per-task buffers of one row.
+pub(crate) struct Scratch {
+    codes: Vec<i32>,
+    values: Vec<f32>,
+}
+
+impl Scratch {
+    pub fn new(k: usize) -> Self {
+        Scratch {
+            codes: vec![0; k],
+            values: vec![0.0; k],
         }
     }
 }
@@ -181,7 +216,8 @@ impl HalfWeight {
     }
 
     /// Row `i` as fp16 values (exactly the expanded constant's).
-    pub fn row(&self, i: usize, out: &mut [f16]) {
+    pub fn row(&self, i: usize, scratch: &mut Scratch, out: &mut [f16]) {
+        use half::slice::HalfFloatSliceExt;
         let k = out.len();
         let base = i * k;
         match &self.data {
@@ -193,19 +229,29 @@ impl HalfWeight {
                 offset_promotes,
                 blocks,
             } => {
-                let (bytes, dtype) = (data.bytes(), data.dtype());
-                for (j, o) in out.iter_mut().enumerate() {
-                    let b = blocks.of(i, j);
-                    let v = code(bytes, dtype, base + j) as f32;
-                    let off = offset.as_ref().map(|o| o[b]);
-                    *o = f16::from_f32(shift_scale_element(
-                        v,
-                        scale[b],
-                        off,
-                        true,
-                        *offset_promotes,
-                    ));
+                // shift_scale_element, a row at a time: integer data is exact in fp16, so
+                // `r16(v) = v`; with an fp16 scale the final fp16 cast absorbs the product's
+                // rounding (rounding to fp16 twice is rounding once)
+                let (c, vals) = (&mut scratch.codes[..k], &mut scratch.values[..k]);
+                codes(data.bytes(), data.dtype(), base, c);
+                vals.iter_mut()
+                    .zip(c.iter())
+                    .for_each(|(v, &c)| *v = c as f32);
+                let row_blocks = blocks.row(i);
+                if let Some(o) = offset {
+                    for (cb, chunk) in vals.chunks_mut(blocks.cols_per).enumerate() {
+                        let ob = o[row_blocks + cb];
+                        chunk.iter_mut().for_each(|v| *v -= ob);
+                    }
+                    if !offset_promotes {
+                        round_f16_in_place(vals);
+                    }
                 }
+                for (cb, chunk) in vals.chunks_mut(blocks.cols_per).enumerate() {
+                    let sb = scale[row_blocks + cb];
+                    chunk.iter_mut().for_each(|v| *v *= sb);
+                }
+                out.convert_from_f32_slice(vals);
             }
             WeightData::Lut {
                 indices,
@@ -213,10 +259,13 @@ impl HalfWeight {
                 palette,
                 blocks,
             } => {
-                let (bytes, dtype) = (indices.bytes(), indices.dtype());
-                for (j, o) in out.iter_mut().enumerate() {
-                    let g = blocks.of(i, j);
-                    *o = table[g * palette + code(bytes, dtype, base + j) as usize];
+                let c = &mut scratch.codes[..k];
+                codes(indices.bytes(), indices.dtype(), base, c);
+                let row_blocks = blocks.row(i);
+                let per = blocks.cols_per;
+                for (cb, (o, c)) in out.chunks_mut(per).zip(c.chunks(per)).enumerate() {
+                    let t = &table[(row_blocks + cb) * palette..(row_blocks + cb + 1) * palette];
+                    o.iter_mut().zip(c).for_each(|(o, &c)| *o = t[c as usize]);
                 }
             }
         }
@@ -239,7 +288,13 @@ impl HalfWeight {
                 crate::kernels::fp16acc::matvec_f16(dst, w, x)
             }
             (WeightData::ShiftScale { .. } | WeightData::Lut { .. }, _) => {
-                linalg::matvec_rows(dst, x, |i, buf| self.row(i, buf), acc);
+                linalg::matvec_rows(
+                    dst,
+                    x,
+                    || Scratch::new(k),
+                    |i, scratch, buf| self.row(i, scratch, buf),
+                    acc,
+                );
                 Ok(())
             }
         }
@@ -254,8 +309,9 @@ impl HalfWeight {
                 let (rows, k) = self.rows_cols();
                 let fill = |buf: &mut [f32]| {
                     let mut row = vec![f16::ZERO; k];
+                    let mut scratch = Scratch::new(k);
                     for (i, out) in buf.chunks_mut(k.max(1)).enumerate().take(rows) {
-                        self.row(i, &mut row);
+                        self.row(i, &mut scratch, &mut row);
                         row.convert_to_f32_slice(out);
                     }
                 };

@@ -176,13 +176,15 @@ pub fn matvec_f16(dst: &mut [f32], w: &[half::f16], x: &[f32]) -> Result<(), Str
     Ok(())
 }
 
-/// `dst[i] = dot(row i of W, x)` for a weight whose rows are formed as fp16 by `row(i, buf)`
+/// `dst[i] = dot(row i of W, x)` for a weight whose rows are formed as fp16 by
+/// `row(i, scratch, buf)` (`scratch` made once per task)
 /// (a compressed weight, [`crate::packed`]) into a per-task buffer: the same dot over the same
 /// fp16 values as [`matvec_f16`] (or [`super::fp16acc::matvec_f16`]) on the expanded weight.
-pub fn matvec_rows(
+pub fn matvec_rows<S>(
     dst: &mut [f32],
     x: &[f32],
-    row: impl Fn(usize, &mut [half::f16]) + Sync,
+    scratch: impl Fn() -> S + Sync,
+    row: impl Fn(usize, &mut S, &mut [half::f16]) + Sync,
     acc: Accumulation,
 ) {
     let k = x.len();
@@ -196,8 +198,9 @@ pub fn matvec_rows(
     }
     let kernel = |(t, chunk): (usize, &mut [f32])| {
         let mut buf = vec![half::f16::ZERO; k];
+        let mut s = scratch();
         for (r, d) in chunk.iter_mut().enumerate() {
-            row(t * MATVEC_ROWS_PER_TASK + r, &mut buf);
+            row(t * MATVEC_ROWS_PER_TASK + r, &mut s, &mut buf);
             *d = dot(&buf, x);
         }
     };
