@@ -233,11 +233,40 @@ impl HalfWeight {
                 // `r16(v) = v`; with an fp16 scale the final fp16 cast absorbs the product's
                 // rounding (rounding to fp16 twice is rounding once)
                 let (c, vals) = (&mut scratch.codes[..k], &mut scratch.values[..k]);
+                let row_blocks = blocks.row(i);
+                let per = blocks.cols_per;
+                if matches!(data.dtype(), DType::I8 | DType::U8) {
+                    // 8-bit data straight from its bytes: `v - offset` (rounded unless fp32),
+                    // `· scale`, the fp16 cast; without an offset, `v · scale` in one pass
+                    let bytes = &data.bytes()[base..base + k];
+                    let signed = data.dtype() == DType::I8;
+                    let value = |b: u8| if signed { (b as i8) as f32 } else { b as f32 };
+                    for (cb, (v, b)) in vals.chunks_mut(per).zip(bytes.chunks(per)).enumerate() {
+                        let g = row_blocks + cb;
+                        match offset {
+                            Some(o) => v.iter_mut().zip(b).for_each(|(v, &b)| *v = value(b) - o[g]),
+                            None => v
+                                .iter_mut()
+                                .zip(b)
+                                .for_each(|(v, &b)| *v = value(b) * scale[g]),
+                        }
+                    }
+                    if offset.is_some() {
+                        if !offset_promotes {
+                            round_f16_in_place(vals);
+                        }
+                        for (cb, v) in vals.chunks_mut(per).enumerate() {
+                            let sb = scale[row_blocks + cb];
+                            v.iter_mut().for_each(|v| *v *= sb);
+                        }
+                    }
+                    out.convert_from_f32_slice(vals);
+                    return;
+                }
                 codes(data.bytes(), data.dtype(), base, c);
                 vals.iter_mut()
                     .zip(c.iter())
                     .for_each(|(v, &c)| *v = c as f32);
-                let row_blocks = blocks.row(i);
                 if let Some(o) = offset {
                     for (cb, chunk) in vals.chunks_mut(blocks.cols_per).enumerate() {
                         let ob = o[row_blocks + cb];
@@ -259,10 +288,25 @@ impl HalfWeight {
                 palette,
                 blocks,
             } => {
-                let c = &mut scratch.codes[..k];
-                codes(indices.bytes(), indices.dtype(), base, c);
                 let row_blocks = blocks.row(i);
                 let per = blocks.cols_per;
+                if indices.dtype() == DType::U4 && base % 2 == 0 && per % 2 == 0 {
+                    // two indices a byte, low nibble first
+                    let bytes = &indices.bytes()[base / 2..(base + k) / 2];
+                    for (cb, (o, b)) in out.chunks_mut(per).zip(bytes.chunks(per / 2)).enumerate() {
+                        let g = row_blocks + cb;
+                        let Ok(t) = <&[f16; 16]>::try_from(&table[g * 16..(g + 1) * 16]) else {
+                            continue;
+                        };
+                        for (o, &b) in o.chunks_exact_mut(2).zip(b) {
+                            o[0] = t[(b & 15) as usize];
+                            o[1] = t[(b >> 4) as usize];
+                        }
+                    }
+                    return;
+                }
+                let c = &mut scratch.codes[..k];
+                codes(indices.bytes(), indices.dtype(), base, c);
                 for (cb, (o, c)) in out.chunks_mut(per).zip(c.chunks(per)).enumerate() {
                     let t = &table[(row_blocks + cb) * palette..(row_blocks + cb + 1) * palette];
                     o.iter_mut().zip(c).for_each(|(o, &c)| *o = t[c as usize]);
