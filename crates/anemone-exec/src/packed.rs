@@ -290,7 +290,7 @@ impl HalfWeight {
             } => {
                 let row_blocks = blocks.row(i);
                 let per = blocks.cols_per;
-                if indices.dtype() == DType::U4 && base % 2 == 0 && per % 2 == 0 {
+                if indices.dtype() == DType::U4 && base.is_multiple_of(2) && per.is_multiple_of(2) {
                     // two indices a byte, low nibble first
                     let bytes = &indices.bytes()[base / 2..(base + k) / 2];
                     for (cb, (o, b)) in out.chunks_mut(per).zip(bytes.chunks(per / 2)).enumerate() {

@@ -63,7 +63,8 @@ fn shift_scale_matvec_is_the_expanded_fp16_matvec() {
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     // (data dtype, weight shape, scale shape, offset: none / same dtype / fp16 / fp32);
     // 320×1024 reaches the parallel path
-    let cases: [(DType, Vec<usize>, Vec<usize>, Option<DType>); 7] = [
+    type Case = (DType, Vec<usize>, Vec<usize>, Option<DType>);
+    let cases: [Case; 7] = [
         (DType::I8, vec![320, 1024, 1, 1], vec![320, 1, 1, 1], None),
         (DType::I8, vec![96, 64], vec![96, 4], Some(DType::I8)),
         (
