@@ -28,7 +28,10 @@
 //! - fp16 projection weights (1×1 conv, linear) are held as fp16 only: single-token steps read
 //!   them through an fp16×f32 dot ([`kernels::linalg::matvec_f16`]), wider steps widen them
 //!   into a reused f32 buffer and run the same `gemm` call as on an f32 copy, so results are bit
-//!   for bit those of an f32 copy of the weights. Other constants are held as f32.
+//!   for bit those of an f32 copy of the weights. The same holds for fp16
+//!   `constexpr_blockwise_shift_scale` (integer data) and `constexpr_lut_to_dense` projection
+//!   weights, kept compressed: rows are formed as the fp16 values [`decompress`] would produce
+//!   (`packed.rs`). Other constants are held as f32.
 //!
 //! [`Accumulation::Fp16Blocks`] (`--precision fp16-acc`) keeps the rounding above and makes
 //! every sum inside an op accumulate in fp16 blocks ([`kernels::fp16acc`]): the pessimistic
