@@ -178,7 +178,7 @@ pub fn matvec_f16(dst: &mut [f32], w: &[half::f16], x: &[f32]) -> Result<(), Str
 
 /// `dst[i] = dot(row i of W, x)` for a weight whose rows are formed as fp16 by
 /// `row(i, scratch, buf)` (`scratch` made once per task)
-/// (a compressed weight, [`crate::packed`]) into a per-task buffer: the same dot over the same
+/// (a compressed weight, `packed.rs`) into a per-task buffer: the same dot over the same
 /// fp16 values as [`matvec_f16`] (or [`super::fp16acc::matvec_f16`]) on the expanded weight.
 pub fn matvec_rows<S>(
     dst: &mut [f32],
