@@ -97,6 +97,16 @@ pub trait Backend: Send + Sync + 'static {
     /// rows): what the host reads only where it needs values.
     fn read_buffer(&self, buffer: &Self::Buffer) -> Result<Tensor, Self::Error>;
 
+    /// Copies position `position` of `from` (`[1, C, 1, T]`, the BC1S layout) into `to`
+    /// (`[1, C, 1, 1]`, same dtype) inside the engine: the last token's hidden state handed to
+    /// the LM-head package without a trip through the host.
+    fn copy_position(
+        &self,
+        from: &Self::Buffer,
+        position: usize,
+        to: &mut Self::Buffer,
+    ) -> Result<(), Self::Error>;
+
     /// Runs `function` like [`Backend::predict`] with `inputs` plus the buffers of
     /// `buffer_inputs` (by input name), writing the outputs named in `buffer_outputs` into those
     /// buffers (which must have the outputs' dtype and shape) instead of returning them; the

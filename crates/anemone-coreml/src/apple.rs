@@ -130,7 +130,8 @@ impl CoreMlBackend {
             })?;
         let report = LoadReport {
             compile_s: started.elapsed().as_secs_f64(),
-            cache_hit: Some(false),
+            // a miss, or no cache consulted at all (`--no-cache`)
+            cache_hit: dest.as_ref().map(|_| false),
         };
         tracing::info!(
             package = %package.display(),
@@ -381,6 +382,15 @@ impl Backend for CoreMlBackend {
 
     fn read_buffer(&self, buffer: &CoreMlBuffer) -> Result<Tensor, CoreMlError> {
         buffer.read()
+    }
+
+    fn copy_position(
+        &self,
+        from: &CoreMlBuffer,
+        position: usize,
+        to: &mut CoreMlBuffer,
+    ) -> Result<(), CoreMlError> {
+        to.copy_position(from, position)
     }
 
     fn predict_buffers(

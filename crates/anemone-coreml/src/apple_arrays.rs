@@ -100,6 +100,63 @@ impl CoreMlBuffer {
         let (dtype, shape, data) = read_multiarray(&self.array);
         Tensor::new(dtype, shape, data).map_err(|e| buffer_error(self.dtype, &self.shape, e.detail))
     }
+    /// Copies position `position` of `from` (`[.., T]`) into this `[.., 1]` buffer of the same
+    /// dtype, element bits as they are, each array read and written through its own strides
+    /// (no host tensor in between).
+    pub fn copy_position(
+        &mut self,
+        from: &CoreMlBuffer,
+        position: usize,
+    ) -> Result<(), CoreMlError> {
+        let fits = match (from.shape.split_last(), self.shape.split_last()) {
+            (Some((&t, rows)), Some((&1, to_rows))) => {
+                rows == to_rows && position < t && from.dtype == self.dtype
+            }
+            _ => false,
+        };
+        if !fits || !matches!(self.dtype, DType::F16 | DType::F32) {
+            return Err(buffer_error(
+                self.dtype,
+                &self.shape,
+                format!(
+                    "cannot take position {position} of a {} buffer of {:?}",
+                    from.dtype, from.shape
+                ),
+            ));
+        }
+        let width = if self.dtype == DType::F16 { 2 } else { 4 };
+        // SAFETY: reading the immutable description of a live array.
+        let from_strides = unsafe { usizes(&from.array.strides()) };
+        let rows: Vec<usize> = self.shape.clone();
+        let read = StackBlock::new(|src: NonNull<std::ffi::c_void>, _size: NSInteger| {
+            let write = StackBlock::new(
+                |dst: NonNull<std::ffi::c_void>,
+                 _size: NSInteger,
+                 strides: NonNull<NSArray<NSNumber>>| {
+                    // SAFETY: Core ML hands the strides for the duration of the block.
+                    let to_strides = usizes(unsafe { strides.as_ref() });
+                    for (i, o) in
+                        crate::position_offsets(&rows, &from_strides, &to_strides, position)
+                    {
+                        // SAFETY: in-shape offsets through each array's own strides, inside the
+                        // blocks that lend the bytes; the two arrays are distinct (`&mut self`).
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(
+                                (src.as_ptr() as *const u8).add(i * width),
+                                (dst.as_ptr() as *mut u8).add(o * width),
+                                width,
+                            )
+                        }
+                    }
+                },
+            );
+            // SAFETY: the block writes only within this array's shape, through its strides.
+            unsafe { self.array.getMutableBytesWithHandler(&write) };
+        });
+        // SAFETY: the block only reads within `from`'s shape, through its strides.
+        unsafe { from.array.getBytesWithHandler(&read) };
+        Ok(())
+    }
 }
 
 fn iosurface_f16(shape: &[usize]) -> Result<Retained<MLMultiArray>, CoreMlError> {

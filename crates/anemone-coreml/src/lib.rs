@@ -146,8 +146,38 @@ pub fn strided_offset(flat: usize, shape: &[usize], strides: &[usize]) -> usize 
     offset
 }
 
+/// For copying position `position` of an array `[.., T]` into one of `shape` `[.., 1]`: the
+/// `(from, to)` element offsets of every value, through each array's strides.
+pub fn position_offsets<'a>(
+    shape: &'a [usize],
+    from_strides: &'a [usize],
+    to_strides: &'a [usize],
+    position: usize,
+) -> impl Iterator<Item = (usize, usize)> + 'a {
+    let step = from_strides.last().copied().unwrap_or(0);
+    (0..shape.iter().product::<usize>()).map(move |flat| {
+        (
+            strided_offset(flat, shape, from_strides) + position * step,
+            strided_offset(flat, shape, to_strides),
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn position_offsets_take_one_column_through_padded_rows() {
+        // from [1, 3, 1, 5] with 32-element rows, position 4, into [1, 3, 1, 1] with 32-element
+        // rows too (an IOSurface pads a width-1 row the same way)
+        let offsets: Vec<_> =
+            super::position_offsets(&[1, 3, 1, 1], &[96, 32, 32, 1], &[96, 32, 32, 1], 4).collect();
+        assert_eq!(offsets, [(4, 0), (36, 32), (68, 64)]);
+        // dense arrays
+        let dense: Vec<_> =
+            super::position_offsets(&[1, 2, 1, 1], &[6, 3, 3, 1], &[2, 1, 1, 1], 2).collect();
+        assert_eq!(dense, [(2, 0), (5, 1)]);
+    }
+
     #[test]
     fn strided_offsets_skip_row_padding() {
         // [1, 3, 1, 5] fp16 in an IOSurface whose rows hold 32 elements (64 bytes)

@@ -153,6 +153,31 @@ impl Backend for ExecutorBackend {
         Ok(buffer.clone())
     }
 
+    fn copy_position(
+        &self,
+        from: &Tensor,
+        position: usize,
+        to: &mut Tensor,
+    ) -> Result<(), ExecError> {
+        let (rows, t) = match from.shape.split_last() {
+            Some((&t, rest)) => (rest.iter().product::<usize>(), t),
+            None => (0, 0),
+        };
+        let fits = from.dtype == to.dtype
+            && position < t
+            && to.shape.split_last() == Some((&1, &from.shape[..from.shape.len() - 1]));
+        if !fits {
+            return Err(TensorError {
+                detail: format!("copying position {position} of a buffer of {from} into {to}"),
+            }
+            .into());
+        }
+        for (r, v) in to.data.iter_mut().enumerate().take(rows) {
+            *v = from.data[r * t + position];
+        }
+        Ok(())
+    }
+
     fn predict_buffers(
         &self,
         package: &LoadedPackage,

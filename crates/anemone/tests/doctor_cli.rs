@@ -69,6 +69,14 @@ fn the_report_marks_core_ml_unavailable_and_fills_in_the_rest() {
     assert_eq!(bench["decode_steps"], 3);
     assert!(bench["decode_tok_s"].as_f64().unwrap() > 0.0);
     assert!(bench["peak_rss_bytes"].as_u64().unwrap() > 1_000_000);
+    assert_eq!(
+        bench["compile_seconds"], 0.0,
+        "the executor compiles nothing"
+    );
+    assert!(
+        bench.get("compile_cache").is_some_and(|c| c.is_null()),
+        "the executor has no compiled-model cache: {bench:#}"
+    );
     let bisect = &r["bisect"]["executor"];
     assert_eq!(bisect["status"], "done");
     let rows = bisect["variants"].as_array().unwrap();

@@ -464,6 +464,10 @@ fn bench_json_has_machine_os_commit_hashes_load_and_raw_timings() {
         let result = &r["results"][0];
         assert!(result["load_s"].as_f64().unwrap() > 0.0);
         assert_eq!(result["compile_s"], 0.0, "the executor compiles nothing");
+        assert!(
+            result.get("compile_cache").is_some_and(Value::is_null),
+            "no compiled-model cache on the executor: {result:#}"
+        );
         if is_bundle {
             for key in ["verify_hashes_s", "host_weights_s", "packages_s"] {
                 assert!(result["load"][key].is_f64(), "{key}: {result:#}");

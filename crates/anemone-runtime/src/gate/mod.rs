@@ -14,6 +14,7 @@ pub mod metrics;
 pub mod pair;
 pub mod plot;
 pub mod prompts;
+mod reference;
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -27,6 +28,7 @@ use crate::error::RuntimeError;
 use crate::pipeline::{Pipeline, PipelineError};
 pub use pair::{compare_traces, GateTrace, PairChunk, PairReport};
 pub use prompts::{default_prompts, read_prompts, resolve, GatePrompt, ResolvedPrompt};
+pub use reference::GateReference;
 
 #[derive(Debug, thiserror::Error)]
 pub enum GateError {
@@ -62,6 +64,8 @@ pub enum GateError {
     },
     #[error(transparent)]
     Pipeline(#[from] PipelineError),
+    #[error("prompt {prompt}: the reference stopped before step {step}")]
+    ReferenceStep { prompt: usize, step: usize },
     #[error("reference forward: {0}")]
     Reference(#[from] ForwardError),
     #[error(transparent)]
@@ -320,16 +324,23 @@ pub fn run_gate<B: Backend>(
     progress: &mut dyn FnMut(GateProgress),
 ) -> Result<GateReport, GateError> {
     run_gate_traced(
-        pipeline, reference, prompts, tokenizer, options, progress, None,
+        pipeline,
+        &mut GateReference::new(reference),
+        prompts,
+        tokenizer,
+        options,
+        progress,
+        None,
     )
 }
 
 /// Like [`run_gate`], also keeping in `trace` what the bundle produced at every step (logits and
 /// chunk outputs along the same forced path whatever the backend), for [`compare_traces`]
-/// between two engines.
+/// between two engines. The reference's steps are taken from `reference` where an earlier run
+/// on the same prompts left them (the figures are the same; the reference runs once).
 pub fn run_gate_traced<B: Backend>(
     pipeline: &Pipeline<B>,
-    reference: &mut ReferenceModel,
+    reference: &mut GateReference<'_>,
     prompts: &[ResolvedPrompt],
     tokenizer: Option<&TokenizerBundle>,
     options: &GateOptions,
@@ -337,9 +348,9 @@ pub fn run_gate_traced<B: Backend>(
     mut trace: Option<&mut GateTrace>,
 ) -> Result<GateReport, GateError> {
     options.validate()?;
-    check_same_model(pipeline, reference)?;
+    check_same_model(pipeline, reference.model())?;
     let started = Instant::now();
-    let context = pipeline.context().min(reference.context_len());
+    let context = pipeline.context().min(reference.model().context_len());
     let plan: Vec<usize> = prompts
         .iter()
         .map(|p| match &p.force_ids {
@@ -388,17 +399,23 @@ pub fn run_gate_traced<B: Backend>(
     let mut session = pipeline.session()?;
     let mut done = 0;
     for (pi, (p, &n_steps)) in prompts.iter().zip(&plan).enumerate() {
-        reference.reset();
+        // the reference's next id: the forced one, else its own top-1
+        let next = |step: usize, logits: &[f32]| match &p.force_ids {
+            Some(forced) => forced.get(step).copied(),
+            None => Some(metrics::top2(logits).0),
+        };
+        reference.ensure(pi, p, n_steps, next)?;
         session.reset();
         let mut feed = p.ids.clone();
         let mut position = 0;
         let (mut reference_ids, mut bundle_ids) = (Vec::new(), Vec::new());
         for step in 0..n_steps {
-            let r = reference.forward_traced(&feed)?;
+            let r = reference
+                .step(pi, step)
+                .ok_or_else(|| GateError::ReferenceStep { prompt: pi, step })?;
             let b = session.feed_traced(&feed)?;
-            let vocab = pipeline.vocab_size();
             let n = feed.len();
-            let ref_logits = &r.logits[(n - 1) * vocab..n * vocab];
+            let ref_logits = &r.logits[..];
             for (c, depth) in depths.iter().enumerate() {
                 let want = &r.hidden_states[*depth];
                 let got = &b.chunk_outputs[c];
@@ -435,11 +452,9 @@ pub fn run_gate_traced<B: Backend>(
             let (bundle_top1, _, _) = metrics::top2(&b.logits);
             let (err_at, err) = metrics::max_abs_error(&b.logits, ref_logits);
             position += n;
-            let next = match &p.force_ids {
-                Some(forced) => forced.get(step).copied(),
-                None => Some(ref_top1),
-            };
-            let fed = (step + 1 < n_steps).then_some(next).flatten();
+            let fed = (step + 1 < n_steps)
+                .then(|| next(step, ref_logits))
+                .flatten();
             steps.push(StepRecord {
                 prompt: pi,
                 step,

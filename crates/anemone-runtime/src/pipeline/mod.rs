@@ -134,6 +134,31 @@ pub struct LoadTimings {
     /// Compiling packages into the backend's own form (Core ML: `.mlpackage` → `.mlmodelc`, 0
     /// for a package found in its compiled-model cache); 0 for the executor.
     pub compile_s: f64,
+    /// How many packages the engine's compiled-model cache had (`hits`) and had not
+    /// (`misses`, compiled on this load); `None` for an engine without such a cache (the
+    /// executor) or with it bypassed (Core ML's `--no-cache`).
+    pub compile_cache: Option<CompileCache>,
+}
+
+/// Hits and misses of a compiled-model cache over the packages of one load.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CompileCache {
+    pub hits: usize,
+    pub misses: usize,
+}
+
+impl CompileCache {
+    /// Counts the loads that consulted a cache (`Some`); `None` when none did.
+    pub fn of(reports: impl IntoIterator<Item = Option<bool>>) -> Option<Self> {
+        reports.into_iter().flatten().fold(None, |counts, hit| {
+            let mut c: CompileCache = counts.unwrap_or_default();
+            match hit {
+                true => c.hits += 1,
+                false => c.misses += 1,
+            }
+            Some(c)
+        })
+    }
 }
 
 /// A bundle loaded on a backend.
@@ -194,6 +219,7 @@ impl<B: Backend> Pipeline<B> {
         let mut compile_s = 0.0;
         // With verified hashes the manifest identifies every package's content: a backend that
         // caches compiled packages keys them by it instead of hashing the package again.
+        let mut cache_reports = Vec::new();
         let mut load = |relative: &str| -> Result<(PathBuf, B::Package), PipelineError> {
             let path = dir.join(relative);
             let key = options.verify_hashes.then(|| {
@@ -209,6 +235,7 @@ impl<B: Backend> Pipeline<B> {
                 .load_identified(&path, key.flatten().as_deref())
                 .map_err(|e| backend_error(&backend, &path, "(load)", e))?;
             compile_s += report.compile_s;
+            cache_reports.push(report.cache_hit);
             Ok((path, package))
         };
         let mut chunks = Vec::with_capacity(manifest.chunks.len());
@@ -250,6 +277,7 @@ impl<B: Backend> Pipeline<B> {
                 host_s,
                 packages_s,
                 compile_s,
+                compile_cache: CompileCache::of(cache_reports),
             },
             host_pool,
             backend,
@@ -409,4 +437,25 @@ fn check_manifest(dir: &Path, m: &Manifest) -> Result<(), PipelineError> {
         return bad("lm_head placement and lm_head entry disagree".into());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CompileCache;
+
+    #[test]
+    fn compile_cache_counts_only_loads_that_consulted_a_cache() {
+        assert_eq!(
+            CompileCache::of([None, None]),
+            None,
+            "the executor has none"
+        );
+        assert_eq!(CompileCache::of([]), None);
+        assert_eq!(
+            CompileCache::of([Some(true), Some(false), Some(true)]),
+            Some(CompileCache { hits: 2, misses: 1 })
+        );
+        let json = serde_json::to_value(CompileCache { hits: 2, misses: 1 }).unwrap();
+        assert_eq!(json, serde_json::json!({"hits": 2, "misses": 1}));
+    }
 }

@@ -39,6 +39,9 @@ pub struct Session<'p, B: Backend> {
     /// Per window width (`prefill_len`, 1): the two activation buffers chunks hand the residual
     /// stream through (ping-pong: chunk `i` reads one and writes the other).
     buffers: HashMap<usize, [B::Buffer; 2]>,
+    /// `[1, hidden, 1, 1]`: the LM-head package's input when the last window was wider than one
+    /// (the backend copies the last token's position into it).
+    head_input: Option<B::Buffer>,
     position: usize,
     /// The ids fed since the last reset (LongRoPE re-encodes them at its switch).
     history: Vec<u32>,
@@ -51,6 +54,7 @@ impl<'p, B: Backend> Session<'p, B> {
             chunk_states: Vec::new(),
             head_state: None,
             buffers: HashMap::new(),
+            head_input: None,
             position: 0,
             history: Vec::new(),
         };
@@ -140,7 +144,6 @@ impl<'p, B: Backend> Session<'p, B> {
         {
             return self.reencode(ids, trace);
         }
-        let h = p.manifest.config.hidden_size;
         let layout = p.manifest.kv_layout();
         let prefill_len = p.manifest.conversion.prefill_len;
         let traced_chunks = if trace { p.chunks.len() } else { 0 };
@@ -148,7 +151,8 @@ impl<'p, B: Backend> Session<'p, B> {
             outputs: vec![Vec::new(); traced_chunks],
             first_non_finite_ops: vec![None; traced_chunks],
         };
-        let mut last_hidden = Vec::new();
+        // the last window: its function, width and the column of the last id fed
+        let mut last_window = (names::DECODE, 1, 0);
         // LongRoPE's factors: by the end of this whole piece (transformers' per-call choice)
         let factors = p.manifest.config.rope_factors(self.position + ids.len());
         let mut done = 0;
@@ -165,7 +169,7 @@ impl<'p, B: Backend> Session<'p, B> {
             };
             let real = remaining.min(t);
             let window = &ids[done..done + real];
-            let hidden = self.run_window(
+            self.run_window(
                 function,
                 t,
                 first,
@@ -173,12 +177,13 @@ impl<'p, B: Backend> Session<'p, B> {
                 window,
                 trace.then_some(&mut chunk_trace),
             )?;
-            last_hidden = column(&hidden, h, t, real - 1);
+            last_window = (function, t, real - 1);
             done += real;
         }
         self.position += ids.len();
         self.history.extend_from_slice(ids);
-        let logits = self.head(&last_hidden)?;
+        let (function, t, col) = last_window;
+        let logits = self.head(function, t, col)?;
         Ok(FeedTrace {
             logits,
             chunk_outputs: chunk_trace.outputs,
@@ -207,8 +212,8 @@ impl<'p, B: Backend> Session<'p, B> {
     }
 
     /// Runs `window` (at most `t` ids, padded to `t`) at positions `first..` through every chunk
-    /// with `function` and the fed piece's RoPE `factors`; returns the last chunk's output
-    /// `[hidden, t]`.
+    /// with `function` and the fed piece's RoPE `factors`; the last chunk's output `[1, hidden,
+    /// 1, t]` is left in the window width's buffer `chunks.len() % 2`.
     fn run_window(
         &mut self,
         function: &str,
@@ -217,7 +222,7 @@ impl<'p, B: Backend> Session<'p, B> {
         factors: RopeFactors,
         window: &[u32],
         mut trace: Option<&mut ChunkTrace>,
-    ) -> Result<Vec<f32>, PipelineError> {
+    ) -> Result<(), PipelineError> {
         let p = self.pipeline;
         let config = &p.manifest.config;
         let h = config.hidden_size;
@@ -291,19 +296,32 @@ impl<'p, B: Backend> Session<'p, B> {
                 }
             }
         }
-        let last = &buffers[p.chunks.len() % 2];
-        let path = p.chunks.last().map_or(&p.dir, |c| &c.path);
-        read_buffer(p, last, path, function, h * t)
+        Ok(())
     }
 
-    /// Logits of one hidden vector: host final norm + LM head, or the LM-head package.
-    fn head(&mut self, x: &[f32]) -> Result<Vec<f32>, PipelineError> {
+    /// Logits of the last id fed, at column `col` of the last chunk's output of a `function`
+    /// window `t` wide: the host reads that column and runs the final norm + LM head, or the
+    /// LM-head package takes it straight from the backend's buffer (copied by the backend into
+    /// a one-wide buffer when `t > 1`): the hidden state never goes through the host.
+    fn head(&mut self, function: &str, t: usize, col: usize) -> Result<Vec<f32>, PipelineError> {
         let p = self.pipeline;
+        let h = p.manifest.config.hidden_size;
+        let last_path = p.chunks.last().map_or(&p.dir, |c| &c.path);
+        let last = self
+            .buffers
+            .get_mut(&t)
+            .map(|pair| &mut pair[p.chunks.len() % 2])
+            .ok_or_else(|| PipelineError::Manifest {
+                dir: p.dir.clone(),
+                problem: format!("no activation buffer of width {t} after a window"),
+            })?;
         let Some((path, package)) = &p.lm_head else {
+            let hidden = read_buffer(p, last, last_path, function, h * t)?;
+            let x = column(&hidden, h, t, col);
             let host = &p.host;
             return Ok(match &p.host_pool {
-                Some(pool) => pool.install(|| host.logits(x)),
-                None => host.logits(x),
+                Some(pool) => pool.install(|| host.logits(&x)),
+                None => host.logits(&x),
             });
         };
         let entry = p
@@ -314,17 +332,22 @@ impl<'p, B: Backend> Session<'p, B> {
                 dir: p.dir.clone(),
                 problem: "lm_head package loaded without a manifest entry".into(),
             })?;
-        let h = x.len();
-        let tensor =
-            Tensor::new(p.activation_dtype, vec![1, h, 1, 1], x.to_vec()).map_err(|e| {
-                PipelineError::Output {
-                    package: path.clone(),
-                    function: lm_head::FUNCTION.into(),
-                    output: lm_head::INPUT.into(),
-                    problem: format!("building the input: {e}"),
-                }
-            })?;
-        let inputs = HashMap::from([(lm_head::INPUT.to_string(), tensor)]);
+        let input = if t == 1 {
+            last
+        } else {
+            let head_input = match &mut self.head_input {
+                Some(b) => b,
+                None => self.head_input.insert(
+                    p.backend
+                        .new_buffer(p.activation_dtype, &[1, h, 1, 1])
+                        .map_err(|e| backend_error(&p.backend, path, "(buffer)", e))?,
+                ),
+            };
+            p.backend
+                .copy_position(last, col, head_input)
+                .map_err(|e| backend_error(&p.backend, path, "(buffer)", e))?;
+            head_input
+        };
         let state = self
             .head_state
             .as_mut()
@@ -332,9 +355,17 @@ impl<'p, B: Backend> Session<'p, B> {
                 dir: p.dir.clone(),
                 problem: "lm_head package without a state".into(),
             })?;
-        let mut outputs = p
+        let (mut outputs, _) = p
             .backend
-            .predict(package, lm_head::FUNCTION, &inputs, state)
+            .predict_buffers(
+                package,
+                lm_head::FUNCTION,
+                &mut HashMap::new(),
+                &mut [(lm_head::INPUT, input)],
+                &mut [],
+                state,
+                false,
+            )
             .map_err(|e| backend_error(&p.backend, path, lm_head::FUNCTION, e))?;
         let mut logits = Vec::with_capacity(p.vocab_size());
         for (i, (first, len)) in entry.vocab_slices.iter().enumerate() {
@@ -395,8 +426,8 @@ fn take_output(
     Ok(t.data)
 }
 
-/// A chunk output's values from its buffer (the host reads only these: the final hidden state,
-/// and every chunk's output when tracing).
+/// A chunk output's values from its buffer (the host reads only these: the final hidden state
+/// when the host runs the LM head, and every chunk's output when tracing).
 fn read_buffer<B: Backend>(
     p: &Pipeline<B>,
     buffer: &B::Buffer,

@@ -149,6 +149,9 @@ fn run_local(args: &BenchArgs, path: &Path) -> Result<()> {
             Some(t) => json!(t.compile_s),
             None => json!(0.0),
         };
+        // Core ML's compiled-model cache over the packages: `{"hits", "misses"}`; null for an
+        // engine without one (the executor, a checkpoint) or with it bypassed (`--no-cache`).
+        result["compile_cache"] = json!(load_timings.and_then(|t| t.compile_cache));
         results.push(result);
     }
     let peak_rss = peak_rss_bytes();

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use anemone_backend::Backend;
 use anemone_mil::Precision;
 use anemone_runtime::backend::{run_on_backend, BackendKind, PipelineTask};
-use anemone_runtime::pipeline::{Pipeline, PipelineOptions};
+use anemone_runtime::pipeline::{CompileCache, Pipeline, PipelineOptions};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde::{Deserialize, Serialize};
@@ -55,6 +55,11 @@ pub struct ChildReport {
     pub backend: String,
     /// Opening the bundle: hashing, host weights, loading (Core ML: compiling) every package.
     pub load_seconds: f64,
+    /// Of `load_seconds`, compiling packages (Core ML: 0 for those its cache had).
+    pub compile_seconds: f64,
+    /// Core ML's compiled-model cache hits and misses over the packages; `None` for the
+    /// executor (no cache) or with the cache bypassed.
+    pub compile_cache: Option<CompileCache>,
     pub prefill_tokens: usize,
     pub prefill_seconds: f64,
     pub decode_steps: usize,
@@ -121,6 +126,8 @@ impl PipelineTask for ChildTask<'_> {
         Ok(ChildReport {
             backend: pipeline.backend().name(),
             load_seconds,
+            compile_seconds: pipeline.load_timings().compile_s,
+            compile_cache: pipeline.load_timings().compile_cache,
             prefill_tokens: self.args.prompt_ids.len(),
             prefill_seconds,
             decode_steps: self.args.forced_ids.len(),

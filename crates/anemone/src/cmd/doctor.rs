@@ -116,6 +116,11 @@ pub struct GateRow {
 pub struct Bench {
     pub backend: String,
     pub load_seconds: f64,
+    /// Of `load_seconds`, compiling packages (0 for the executor and for Core ML cache hits).
+    pub compile_seconds: f64,
+    /// Core ML's compiled-model cache over the packages (`{"hits", "misses"}`); null for the
+    /// executor, which has none.
+    pub compile_cache: Option<anemone_runtime::pipeline::CompileCache>,
     pub prefill_tokens: usize,
     pub prefill_tok_s: Option<f64>,
     pub decode_steps: usize,
@@ -265,6 +270,8 @@ pub fn run(args: DoctorArgs) -> Result<()> {
         },
     )
     .context("loading the fp32 reference")?;
+    // one reference run, shared by the gates of every engine
+    let mut reference = gate::GateReference::new(&mut reference_model);
     for &kind in &backends {
         let part = match (&bundle, usable(kind, &coreml)) {
             (_, false) => Part::Unavailable {
@@ -273,7 +280,7 @@ pub fn run(args: DoctorArgs) -> Result<()> {
             (None, true) => Part::Failed {
                 error: "no bundle converted".into(),
             },
-            (Some(b), true) => match gate_on(b, kind, &ids, &mut reference_model, &args) {
+            (Some(b), true) => match gate_on(b, kind, &ids, &mut reference, &args) {
                 Ok((row, trace)) => {
                     traces.insert(kind, (row.backend.clone(), trace));
                     Part::Done(row)
@@ -350,6 +357,8 @@ fn bench_of(results: &[VariantResult]) -> Part<Bench> {
         Some(run) => Part::Done(Bench {
             backend: run.backend.clone(),
             load_seconds: run.load_seconds,
+            compile_seconds: run.compile_seconds,
+            compile_cache: run.compile_cache,
             prefill_tokens: run.prefill_tokens,
             prefill_tok_s: run.prefill_tok_s(),
             decode_steps: run.decode_steps,
@@ -413,13 +422,13 @@ fn compute_plan(
     }
 }
 
-struct GateTask<'a> {
+struct GateTask<'a, 'r> {
     ids: &'a [u32],
-    reference: &'a mut ReferenceModel,
+    reference: &'a mut gate::GateReference<'r>,
     steps: usize,
 }
 
-impl PipelineTask for GateTask<'_> {
+impl PipelineTask for GateTask<'_, '_> {
     type Output = Result<(GateRow, gate::GateTrace)>;
     fn run<B: Backend>(self, pipeline: Pipeline<B>) -> Self::Output {
         let prompts = gate::resolve(&[gate::GatePrompt::ids(self.ids)], pipeline.tokenizer())?;
@@ -458,7 +467,7 @@ fn gate_on(
     bundle: &Path,
     kind: BackendKind,
     ids: &[u32],
-    reference: &mut ReferenceModel,
+    reference: &mut gate::GateReference<'_>,
     args: &DoctorArgs,
 ) -> Result<(GateRow, gate::GateTrace)> {
     let spinner = super::spinner(format!("gate on {kind}"));
@@ -583,8 +592,13 @@ fn print_summary(r: &Report, out: Option<&Path>) {
     for (backend, b) in &r.bench {
         match b {
             Part::Done(b) => println!(
-                "bench {backend}: load {:.2} s, prefill {:.1} tok/s, decode {:.1} tok/s, peak {:.0} MB",
+                "bench {backend}: load {:.2} s (compile {:.2} s{}), prefill {:.1} tok/s, decode {:.1} tok/s, peak {:.0} MB",
                 b.load_seconds,
+                b.compile_seconds,
+                match b.compile_cache {
+                    Some(c) => format!(", cache {} hits {} misses", c.hits, c.misses),
+                    None => String::new(),
+                },
                 b.prefill_tok_s.unwrap_or(0.0),
                 b.decode_tok_s.unwrap_or(0.0),
                 b.peak_rss_bytes.unwrap_or(0) as f64 / 1e6

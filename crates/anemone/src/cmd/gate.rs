@@ -159,7 +159,7 @@ pub fn run(args: GateArgs) -> Result<()> {
         checkpoint = anemone_checkpoint::apply_lora(checkpoint, dir)
             .with_context(|| format!("merging LoRA adapter {}", dir.display()))?;
     }
-    let mut reference = ReferenceModel::load(
+    let mut reference_model = ReferenceModel::load(
         &checkpoint,
         &ReferenceOptions {
             threads: args.threads,
@@ -168,6 +168,8 @@ pub fn run(args: GateArgs) -> Result<()> {
     )
     .with_context(|| format!("loading reference {}", args.reference.display()))?;
     spinner.finish_and_clear();
+    // one reference run per prompt, shared by every bundle, precision and engine gated
+    let mut reference = gate::GateReference::new(&mut reference_model);
 
     let kind = args.backend.unwrap_or_else(BackendKind::for_bundles);
     let compare = args
@@ -272,7 +274,7 @@ fn gate_one(
     bundle: &Path,
     kind: BackendKind,
     precision: Arithmetic,
-    reference: &mut ReferenceModel,
+    reference: &mut gate::GateReference<'_>,
     run: &Run<'_>,
     keep_trace: bool,
 ) -> Result<(GateReport, Option<GateTrace>)> {
@@ -304,11 +306,11 @@ fn gate_one(
 }
 
 /// The gate of one bundle in one precision, whatever backend runs it.
-struct GateOnBundle<'a> {
+struct GateOnBundle<'a, 'r> {
     bundle: &'a Path,
     precision: Arithmetic,
     checkpoint: &'a Checkpoint,
-    reference: &'a mut ReferenceModel,
+    reference: &'a mut gate::GateReference<'r>,
     given: &'a [gate::GatePrompt],
     options: &'a GateOptions,
     /// Shown while the bundle loads; cleared once it is open.
@@ -316,7 +318,7 @@ struct GateOnBundle<'a> {
     keep_trace: bool,
 }
 
-impl PipelineTask for GateOnBundle<'_> {
+impl PipelineTask for GateOnBundle<'_, '_> {
     type Output = Result<(GateReport, Option<GateTrace>)>;
 
     fn run<B: Backend>(self, pipeline: Pipeline<B>) -> Self::Output {
