@@ -66,6 +66,21 @@ def dequantized_gguf(src: pathlib.Path, dst: pathlib.Path, dtype: str) -> None:
     writer.close()
 
 
+def llama_quantized_gguf(src: pathlib.Path, dst: pathlib.Path, kind: str, threads: int) -> None:
+    """Writes `src` (an F16 GGUF) quantized by llama.cpp itself to Q8_0 or Q4_0."""
+    import ctypes
+
+    import llama_cpp
+
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = {"Q8_0": llama_cpp.LLAMA_FTYPE_MOSTLY_Q8_0,
+                    "Q4_0": llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_0}[kind]
+    params.nthread = threads
+    rc = llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(params))
+    if rc != 0:
+        raise SystemExit(f"llama.cpp could not quantize {src} to {kind} (code {rc})")
+
+
 class LlamaEngine:
     def __init__(self, path, threads, context):
         from llama_cpp import Llama
@@ -118,6 +133,9 @@ def main():
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--only", help="run one model (a substring of its name)")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--quantized", action="store_true",
+                   help="also llama.cpp Q8_0/Q4_0 (quantized by llama.cpp from the F16 GGUF) against "
+                        "anemone int8/int4 bundles (symmetric, blocks of 32, from the same F16 GGUF)")
     args = p.parse_args()
     work = pathlib.Path(args.workdir)
     binary = pathlib.Path(args.binary).resolve()
@@ -140,6 +158,19 @@ def main():
                 print(f"converting {bundles[precision].name}", file=sys.stderr)
                 subprocess.run([str(binary), "convert", str(src), "--out", str(bundles[precision]),
                                 "--precision", precision], check=True, capture_output=True)
+        if args.quantized:
+            for kind in ("Q8_0", "Q4_0"):
+                ggufs[kind] = work / f"{src.stem}.{kind}.gguf"
+                if not ggufs[kind].exists():
+                    print(f"quantizing {ggufs[kind].name} (llama.cpp)", file=sys.stderr)
+                    llama_quantized_gguf(ggufs["F16"], ggufs[kind], kind, args.threads)
+            for bits in ("int8", "int4"):
+                bundles[bits] = work / f"{src.stem}.{bits}.bundle"
+                if not bundles[bits].exists():
+                    print(f"converting {bundles[bits].name}", file=sys.stderr)
+                    subprocess.run([str(binary), "convert", str(ggufs["F16"]), "--out",
+                                    str(bundles[bits]), "--quantize", bits, "--block-size", "32",
+                                    "--linear-mode", "symmetric"], check=True, capture_output=True)
         llama = {d: LlamaEngine(g, args.threads, 512) for d, g in ggufs.items()}
         prompt = llama["F32"].llm.tokenize(PROMPT_TEXT.encode(), add_bos=False)[: args.prompt_tokens]
         assert len(prompt) == args.prompt_tokens, "prompt text too short"
@@ -153,6 +184,15 @@ def main():
              lambda: anemone_run(binary, bundles["fp32"], prompt, forced, args.threads, [])),
             ("anemone reference, fp32", lambda: anemone_run(binary, src, prompt, forced, args.threads, [])),
         ]
+        if args.quantized:
+            engines += [
+                ("llama.cpp Q8_0", lambda: llama["Q8_0"].timed(prompt, forced) + (None,)),
+                ("llama.cpp Q4_0", lambda: llama["Q4_0"].timed(prompt, forced) + (None,)),
+                ("anemone executor, int8 bundle",
+                 lambda: anemone_run(binary, bundles["int8"], prompt, forced, args.threads, [])),
+                ("anemone executor, int4 bundle",
+                 lambda: anemone_run(binary, bundles["int4"], prompt, forced, args.threads, [])),
+            ]
         best = {}
         for _ in range(args.repeats):
             for label, run in engines:
@@ -162,11 +202,11 @@ def main():
         del llama
         peers = {"anemone executor, fp16 bundle": "llama.cpp F16",
                  "anemone executor, fp32 bundle": "llama.cpp F32",
-                 "anemone reference, fp32": "llama.cpp F32"}
-        weight_bytes = {
-            "anemone executor, fp16 bundle": bundle_weight_bytes(bundles["fp16"]),
-            "anemone executor, fp32 bundle": bundle_weight_bytes(bundles["fp32"]),
-        }
+                 "anemone reference, fp32": "llama.cpp F32",
+                 "anemone executor, int8 bundle": "llama.cpp Q8_0",
+                 "anemone executor, int4 bundle": "llama.cpp Q4_0"}
+        weight_bytes = {f"anemone executor, {kind} bundle": bundle_weight_bytes(bundle)
+                        for kind, bundle in bundles.items()}
         for label, (pf, dc, rss) in best.items():
             peer = peers.get(label)
             ratio = ""

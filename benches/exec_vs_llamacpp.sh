@@ -3,7 +3,8 @@
 # precision (F16 / F32 GGUFs dequantized from the same quantized files), interleaved, best of N.
 # Builds the GGUFs and bundles itself in a temporary directory and removes it afterwards.
 #
-# Usage: PYTHON=/path/to/venv/bin/python benches/exec_vs_llamacpp.sh [--repeats N] [--only NAME] [--json]
+# Usage: PYTHON=/path/to/venv/bin/python benches/exec_vs_llamacpp.sh [--repeats N] [--only NAME] [--quantized] [--json]
+#   --quantized: also llama.cpp Q8_0 / Q4_0 against anemone int8 / int4 bundles (blocks of 32).
 #   PYTHON: a Python with llama-cpp-python and gguf; ANEMONE_MODELS: where the GGUFs are
 #   (default models/); TMPDIR: where the ~8 GB of temporary GGUFs and bundles go.
 set -euo pipefail

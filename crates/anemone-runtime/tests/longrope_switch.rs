@@ -79,6 +79,27 @@ fn reference(dir: &std::path::Path) -> ReferenceModel {
     .unwrap()
 }
 
+/// The fixture as an fp32 bundle: context 32, prefill windows of 8 (the long prompt's first window
+/// ends below the switch).
+fn convert_fp32(dir: &std::path::Path, out: &std::path::Path) {
+    let chunk = ChunkOptions {
+        context: 32,
+        prefill_len: 8,
+        precision: Precision::Fp32,
+        ..ChunkOptions::default()
+    };
+    convert_to(dir, out, &small_options(chunk));
+}
+
+fn open_fp32(bundle: &std::path::Path) -> Pipeline<ExecutorBackend> {
+    Pipeline::open(
+        bundle,
+        ExecutorBackend::new(Precision::Fp32),
+        &PipelineOptions::default(),
+    )
+    .unwrap()
+}
+
 #[test]
 fn reference_matches_transformers_below_across_and_above_the_switch() {
     let (dir, cases) = cases();
@@ -110,25 +131,14 @@ fn fp32_bundle_matches_the_reference_across_the_switch() {
     let (dir, cases) = cases();
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("bundle");
-    let chunk = ChunkOptions {
-        context: 32,
-        prefill_len: 8,
-        precision: Precision::Fp32,
-        ..ChunkOptions::default()
-    };
-    convert_to(&dir, &out, &small_options(chunk));
+    convert_fp32(&dir, &out);
     let manifest = anemone_models::bundle::read_manifest(&out).unwrap();
     let long = manifest.config.long_rope.as_ref().unwrap();
     assert_ne!(
         long.short_factor, long.long_factor,
         "the manifest keeps both factor sets"
     );
-    let pipeline = Pipeline::open(
-        &out,
-        ExecutorBackend::new(Precision::Fp32),
-        &PipelineOptions::default(),
-    )
-    .unwrap();
+    let pipeline = open_fp32(&out);
     let mut model = reference(&dir);
     let mut session = pipeline.session().unwrap();
     for case in &cases {
@@ -183,24 +193,13 @@ fn bundles_recording_use_long_still_load_and_switch_per_piece() {
     let (dir, cases) = cases();
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("bundle");
-    let chunk = ChunkOptions {
-        context: 32,
-        prefill_len: 8,
-        precision: Precision::Fp32,
-        ..ChunkOptions::default()
-    };
-    convert_to(&dir, &out, &small_options(chunk));
+    convert_fp32(&dir, &out);
     let path = out.join(anemone_models::bundle::MANIFEST_FILE);
     let mut manifest: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
     manifest["config"]["long_rope"]["use_long"] = serde_json::Value::Bool(true);
     std::fs::write(&path, serde_json::to_vec_pretty(&manifest).unwrap()).unwrap();
-    let pipeline = Pipeline::open(
-        &out,
-        ExecutorBackend::new(Precision::Fp32),
-        &PipelineOptions::default(),
-    )
-    .unwrap();
+    let pipeline = open_fp32(&out);
     let mut session = pipeline.session().unwrap();
     let case = &cases[0];
     let got = greedy(&mut session, case);

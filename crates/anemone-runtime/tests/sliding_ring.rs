@@ -10,7 +10,7 @@ mod pipeline_common;
 
 use anemone_exec::ExecutorBackend;
 use anemone_models::ane::{ChunkOptions, ChunkSizing, LmHeadPlacement, Precision, StateLayout};
-use anemone_models::reference::{LogitsFor, ReferenceModel, ReferenceOptions};
+use anemone_models::reference::LogitsFor;
 use anemone_runtime::pipeline::{Pipeline, PipelineOptions};
 use anemone_runtime::{generate, GenerationOptions};
 use anemone_testkit::{argmax, cosine, oracle_dir};
@@ -67,15 +67,7 @@ fn continuation(vocab: usize) -> Vec<u32> {
 
 /// The reference's logits after the prompt and after each id of `continuation` but the last.
 fn reference_steps(fixture: &str, prompt: &[u32], continuation: &[u32]) -> Vec<Vec<f32>> {
-    let ckpt = anemone_models::open_checkpoint(oracle_dir(fixture)).unwrap();
-    let mut model = ReferenceModel::load(
-        &ckpt,
-        &ReferenceOptions {
-            threads: Some(1),
-            context_len: Some(CONTEXT),
-        },
-    )
-    .unwrap();
+    let mut model = reference_of(&oracle_dir(fixture), CONTEXT);
     let mut logits = vec![model.forward(prompt, LogitsFor::LastPosition).unwrap()];
     for &id in &continuation[..continuation.len() - 1] {
         logits.push(model.forward(&[id], LogitsFor::LastPosition).unwrap());
@@ -213,15 +205,7 @@ fn rings_match_the_reference_past_several_wraps() {
         assert_eq!(session.position(), PROMPT + NEW_TOKENS - 1);
 
         // the bundle's own greedy continuation through the runtime's loop equals the reference's
-        let ckpt = anemone_models::open_checkpoint(oracle_dir(fixture)).unwrap();
-        let mut reference = ReferenceModel::load(
-            &ckpt,
-            &ReferenceOptions {
-                threads: Some(1),
-                context_len: Some(CONTEXT),
-            },
-        )
-        .unwrap();
+        let mut reference = reference_of(&oracle_dir(fixture), CONTEXT);
         let options = GenerationOptions {
             max_tokens: NEW_TOKENS,
             ..GenerationOptions::default()
@@ -273,15 +257,7 @@ fn pieces_across_the_ring_end_equal_the_reference() {
     let ids: Vec<u32> = (0..CONTEXT)
         .map(|i| ((i * 53 + 7) % vocab) as u32)
         .collect();
-    let ckpt = anemone_models::open_checkpoint(oracle_dir(fixture)).unwrap();
-    let mut reference = ReferenceModel::load(
-        &ckpt,
-        &ReferenceOptions {
-            threads: Some(1),
-            context_len: Some(CONTEXT),
-        },
-    )
-    .unwrap();
+    let mut reference = reference_of(&oracle_dir(fixture), CONTEXT);
     let all = reference.forward(&ids, LogitsFor::AllPositions).unwrap();
     let mut session = pipeline.session().unwrap();
     let (mut done, mut size) = (0, 1);

@@ -49,14 +49,7 @@ pub fn read_model_interface(file: &str, model_bytes: &[u8]) -> Result<Vec<Functi
         return Err(bad("not an ML program".into()));
     };
     let desc = model.description.clone().unwrap_or_default();
-    let mut order: Vec<String> = desc.functions.iter().map(|f| f.name.clone()).collect();
-    let mut rest: Vec<&String> = prog
-        .functions
-        .keys()
-        .filter(|k| !order.contains(k))
-        .collect();
-    rest.sort();
-    order.extend(rest.into_iter().cloned());
+    let order = super::function_order(&desc, prog);
     let (blobs, blob_cache) = (HashMap::new(), RefCell::new(HashMap::new()));
     order
         .iter()

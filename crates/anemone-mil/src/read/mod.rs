@@ -414,6 +414,20 @@ fn read_function(
     d.b.finish()
 }
 
+/// The order functions are read in: as the model description lists them, then any others the
+/// program holds, by name.
+pub(super) fn function_order(desc: &pb::ModelDescription, prog: &mil::Program) -> Vec<String> {
+    let mut order: Vec<String> = desc.functions.iter().map(|f| f.name.clone()).collect();
+    let mut rest: Vec<&String> = prog
+        .functions
+        .keys()
+        .filter(|k| !order.contains(k))
+        .collect();
+    rest.sort();
+    order.extend(rest.into_iter().cloned());
+    order
+}
+
 /// Reads `model.mlmodel` bytes into a program; `blobs` maps weight file names (e.g.
 /// `weight.bin`) to parsed blob files. `file` names the model in errors.
 pub fn read_model_proto(
@@ -437,14 +451,7 @@ pub fn read_model_proto(
         return Err(bad("not an ML program".into()));
     };
     let desc = model.description.clone().unwrap_or_default();
-    let mut order: Vec<String> = desc.functions.iter().map(|f| f.name.clone()).collect();
-    let mut rest: Vec<&String> = prog
-        .functions
-        .keys()
-        .filter(|k| !order.contains(k))
-        .collect();
-    rest.sort();
-    order.extend(rest.into_iter().cloned());
+    let order = function_order(&desc, prog);
     let mut program = Program::new(spec);
     let blob_cache = RefCell::new(HashMap::new());
     for name in &order {

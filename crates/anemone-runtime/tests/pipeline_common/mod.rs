@@ -6,6 +6,7 @@ use std::path::Path;
 
 use anemone_models::ane::{ChunkOptions, ChunkSizing, LmHeadPlacement, Uncompressed};
 use anemone_models::bundle::{convert, ConvertOptions};
+use anemone_models::reference::{ReferenceModel, ReferenceOptions};
 
 #[allow(unused_imports)] // each test binary uses its own subset
 pub use anemone_testkit::{cosine, models_dir, oracle_fixtures, repo_root, worst, OracleFixture};
@@ -35,4 +36,17 @@ pub fn assert_close(what: &str, got: &[f32], want: &[f32], tolerance: f32) {
         want,
         anemone_testkit::Tier::custom("test", tolerance),
     );
+}
+
+/// The fp32 reference of a checkpoint directory, on one thread, holding `context` positions.
+pub fn reference_of(dir: &Path, context: usize) -> ReferenceModel {
+    let checkpoint = anemone_models::open_checkpoint(dir).unwrap();
+    ReferenceModel::load(
+        &checkpoint,
+        &ReferenceOptions {
+            threads: Some(1),
+            context_len: Some(context),
+        },
+    )
+    .unwrap()
 }
