@@ -423,9 +423,9 @@ fn self_half_weights(
         let h = halves.entry(Arc::as_ptr(t)).or_insert_with(|| {
             Arc::new(HalfWeight {
                 shape: t.shape.clone(),
-                data: crate::packed::WeightData::Half(
+                data: crate::packed::WeightData::Half(crate::packed::Halves::Owned(
                     t.data.iter().map(|&x| f16::from_f32(x)).collect(),
-                ),
+                )),
             })
         });
         out.insert(*v, h.clone());

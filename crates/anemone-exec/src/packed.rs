@@ -10,7 +10,7 @@ use half::f16;
 use anemone_backend::round_f16_in_place;
 
 use crate::decompress::check_blocks;
-use crate::kernels::{linalg, Accumulation};
+use crate::kernels::{linalg, quant, simd, Accumulation};
 
 /// A projection weight `[O, I, 1…]` (or `[O, I]`), read as `O` rows of `I` values.
 pub(crate) struct HalfWeight {
@@ -20,11 +20,12 @@ pub(crate) struct HalfWeight {
 
 pub(crate) enum WeightData {
     /// Plain fp16 values.
-    Half(Vec<f16>),
+    Half(Halves),
     /// `scale * (data - offset)` per block, fp16 scale, integer data.
     ShiftScale {
         data: TensorData,
-        scale: Vec<f32>,
+        /// The fp16 scales as stored (the package's own bytes).
+        scale: TensorData,
         offset: Option<Vec<f32>>,
         offset_promotes: bool,
         blocks: Blocks,
@@ -36,6 +37,42 @@ pub(crate) enum WeightData {
         palette: usize,
         blocks: Blocks,
     },
+}
+
+/// fp16 values: the package's own bytes (read in place, no copy) or a copy.
+pub(crate) enum Halves {
+    Shared(TensorData),
+    Owned(Vec<f16>),
+}
+
+impl Halves {
+    /// The bytes of an fp16 tensor, in place when they are aligned for fp16 on a
+    /// little-endian machine (the package's bytes are), else copied.
+    pub fn of(value: &TensorData) -> Self {
+        let bytes = value.bytes();
+        // SAFETY: f16 is a plain 2-byte value type; every bit pattern is valid.
+        let (head, _, _) = unsafe { bytes.align_to::<f16>() };
+        if cfg!(target_endian = "little") && head.is_empty() && bytes.len() % 2 == 0 {
+            return Halves::Shared(value.clone());
+        }
+        Halves::Owned(
+            bytes
+                .chunks_exact(2)
+                .map(|c| f16::from_le_bytes([c[0], c[1]]))
+                .collect(),
+        )
+    }
+
+    pub fn as_slice(&self) -> &[f16] {
+        match self {
+            Halves::Owned(v) => v,
+            Halves::Shared(t) => {
+                // SAFETY: as in `of`, which checked alignment, length and byte order.
+                let (_, mid, _) = unsafe { t.bytes().align_to::<f16>() };
+                mid
+            }
+        }
+    }
 }
 
 /// Block of element `(row, col)`: `(row / rows_per) * col_blocks + col / cols_per` (the block
@@ -109,6 +146,13 @@ fn codes(bytes: &[u8], dtype: DType, start: usize, out: &mut [i32]) {
     }
 }
 
+/// The fp16 scale `g` of stored scales, as f32.
+#[inline]
+fn scale_at(scale: &TensorData, g: usize) -> f32 {
+    let b = scale.bytes();
+    f16::from_le_bytes([b[2 * g], b[2 * g + 1]]).to_f32()
+}
+
 /// Per-task buffers of one row.
 pub(crate) struct Scratch {
     codes: Vec<i32>,
@@ -135,14 +179,9 @@ impl HalfWeight {
         if value.dtype() != DType::F16 || !pointwise(value.shape()) {
             return None;
         }
-        let data = value
-            .bytes()
-            .chunks_exact(2)
-            .map(|c| f16::from_le_bytes([c[0], c[1]]))
-            .collect();
         Some(HalfWeight {
             shape: value.shape().to_vec(),
-            data: WeightData::Half(data),
+            data: WeightData::Half(Halves::of(value)),
         })
     }
 
@@ -171,7 +210,7 @@ impl HalfWeight {
             shape: data.shape().to_vec(),
             data: WeightData::ShiftScale {
                 data: data.clone(),
-                scale: scale.to_f32_vec(),
+                scale: scale.clone(),
                 offset: offset.map(TensorData::to_f32_vec),
                 offset_promotes: offset.is_some_and(|o| o.dtype() == DType::F32),
                 blocks,
@@ -221,7 +260,7 @@ impl HalfWeight {
         let k = out.len();
         let base = i * k;
         match &self.data {
-            WeightData::Half(v) => out.copy_from_slice(&v[base..base + k]),
+            WeightData::Half(v) => out.copy_from_slice(&v.as_slice()[base..base + k]),
             WeightData::ShiftScale {
                 data,
                 scale,
@@ -248,7 +287,7 @@ impl HalfWeight {
                             None => v
                                 .iter_mut()
                                 .zip(b)
-                                .for_each(|(v, &b)| *v = value(b) * scale[g]),
+                                .for_each(|(v, &b)| *v = value(b) * scale_at(scale, g)),
                         }
                     }
                     if offset.is_some() {
@@ -256,7 +295,7 @@ impl HalfWeight {
                             round_f16_in_place(vals);
                         }
                         for (cb, v) in vals.chunks_mut(per).enumerate() {
-                            let sb = scale[row_blocks + cb];
+                            let sb = scale_at(scale, row_blocks + cb);
                             v.iter_mut().for_each(|v| *v *= sb);
                         }
                     }
@@ -277,7 +316,7 @@ impl HalfWeight {
                     }
                 }
                 for (cb, chunk) in vals.chunks_mut(blocks.cols_per).enumerate() {
-                    let sb = scale[row_blocks + cb];
+                    let sb = scale_at(scale, row_blocks + cb);
                     chunk.iter_mut().for_each(|v| *v *= sb);
                 }
                 out.convert_from_f32_slice(vals);
@@ -315,7 +354,76 @@ impl HalfWeight {
         }
     }
 
-    /// `dst = W · x` (one token): fp16 weights read directly, compressed ones row by row.
+    /// Row `i` as the fused kernels read it, when the weight is one they take: 8-bit data or
+    /// 4-bit data / palette indices, blocks of whole rows or of column runs.
+    fn fused_row(&self, i: usize) -> Option<quant::Row<'_>> {
+        let k = self.shape[1];
+        let base = i * k;
+        match &self.data {
+            WeightData::Half(_) => None,
+            WeightData::ShiftScale {
+                data,
+                scale,
+                offset,
+                offset_promotes,
+                blocks,
+            } => {
+                let g = blocks.row(i);
+                let nb = blocks.col_blocks;
+                let how = quant::ShiftScale {
+                    signed: matches!(data.dtype(), DType::I8 | DType::I4),
+                    scales: scale.bytes().get(2 * g..2 * (g + nb))?,
+                    offsets: match offset {
+                        Some(o) => Some(o.get(g..g + nb)?),
+                        None => None,
+                    },
+                    round_shift: !offset_promotes,
+                };
+                let per = blocks.cols_per;
+                match data.dtype() {
+                    DType::I8 | DType::U8 => Some(quant::Row::Bytes {
+                        codes: data.bytes().get(base..base + k)?,
+                        how,
+                        per,
+                    }),
+                    DType::I4 | DType::U4 if base % 2 == 0 && k % 2 == 0 => {
+                        Some(quant::Row::Nibbles {
+                            codes: data.bytes().get(base / 2..(base + k) / 2)?,
+                            tables: quant::Tables::ShiftScale(how),
+                            per,
+                        })
+                    }
+                    _ => None,
+                }
+            }
+            WeightData::Lut {
+                indices,
+                table,
+                palette,
+                blocks,
+            } => {
+                if indices.dtype() != DType::U4 || *palette != 16 || base % 2 != 0 || k % 2 != 0 {
+                    return None;
+                }
+                let g = blocks.row(i);
+                Some(quant::Row::Nibbles {
+                    codes: indices.bytes().get(base / 2..(base + k) / 2)?,
+                    tables: quant::Tables::Palettes(
+                        table.get(16 * g..16 * (g + blocks.col_blocks))?,
+                    ),
+                    per: blocks.cols_per,
+                })
+            }
+        }
+    }
+
+    /// Whether the fused kernels take every row of this weight (its rows share one layout).
+    fn fused(&self) -> bool {
+        self.shape[0] > 0 && self.fused_row(0).is_some_and(|r| quant::covers(&r))
+    }
+
+    /// `dst = W · x` (one token): fp16 weights read directly, compressed ones through the fused
+    /// kernels ([`quant`]) or row by row; all sum the same fp16 values in the same order.
     pub fn matvec(&self, dst: &mut [f32], x: &[f32], acc: Accumulation) -> Result<(), String> {
         let (rows, k) = self.rows_cols();
         if dst.len() != rows || x.len() != k {
@@ -327,18 +435,37 @@ impl HalfWeight {
             ));
         }
         match (&self.data, acc) {
-            (WeightData::Half(w), Accumulation::F32) => linalg::matvec_f16(dst, w, x),
+            (WeightData::Half(w), Accumulation::F32) => linalg::matvec_f16(dst, w.as_slice(), x),
             (WeightData::Half(w), Accumulation::Fp16Blocks) => {
-                crate::kernels::fp16acc::matvec_f16(dst, w, x)
+                crate::kernels::fp16acc::matvec_f16(dst, w.as_slice(), x)
+            }
+            (WeightData::ShiftScale { .. } | WeightData::Lut { .. }, Accumulation::F32)
+                if self.fused() =>
+            {
+                quant::matvec_by_rows(dst, k, |i| {
+                    self.fused_row(i)
+                        .and_then(|r| quant::dot(&r, x))
+                        .unwrap_or(f32::NAN)
+                });
+                Ok(())
             }
             (WeightData::ShiftScale { .. } | WeightData::Lut { .. }, _) => {
-                linalg::matvec_rows(
-                    dst,
-                    x,
-                    || Scratch::new(k),
-                    |i, scratch, buf| self.row(i, scratch, buf),
-                    acc,
-                );
+                let dot: fn(&[f16], &[f32]) -> f32 = match acc {
+                    Accumulation::F32 => simd::dot_f16_kernel(),
+                    Accumulation::Fp16Blocks => crate::kernels::fp16acc::dot_f16,
+                };
+                quant::matvec_by_rows(dst, k, |i| {
+                    ROW.with(|cell| {
+                        let mut cell = cell.borrow_mut();
+                        let (scratch, buf) = &mut *cell;
+                        if buf.len() != k {
+                            *scratch = Scratch::new(k);
+                            buf.resize(k, f16::ZERO);
+                        }
+                        self.row(i, scratch, buf);
+                        dot(buf, x)
+                    })
+                });
                 Ok(())
             }
         }
@@ -348,21 +475,41 @@ impl HalfWeight {
     pub fn with_widened<R>(&self, f: impl FnOnce(&[f32]) -> R) -> R {
         use half::slice::HalfFloatSliceExt;
         match &self.data {
-            WeightData::Half(w) => linalg::with_widened(w, f),
+            WeightData::Half(w) => linalg::with_widened(w.as_slice(), f),
             WeightData::ShiftScale { .. } | WeightData::Lut { .. } => {
                 let (rows, k) = self.rows_cols();
+                let fused = self.fused();
                 let fill = |buf: &mut [f32]| {
-                    let mut row = vec![f16::ZERO; k];
-                    let mut scratch = Scratch::new(k);
-                    for (i, out) in buf.chunks_mut(k.max(1)).enumerate().take(rows) {
-                        self.row(i, &mut scratch, &mut row);
-                        row.convert_to_f32_slice(out);
-                    }
+                    quant::fill_by_rows(buf, k, |i, out| {
+                        if fused {
+                            if let Some(r) = self.fused_row(i) {
+                                if quant::expand(&r, out) {
+                                    return;
+                                }
+                            }
+                        }
+                        ROW.with(|cell| {
+                            let mut cell = cell.borrow_mut();
+                            let (scratch, buf) = &mut *cell;
+                            if buf.len() != k {
+                                *scratch = Scratch::new(k);
+                                buf.resize(k, f16::ZERO);
+                            }
+                            self.row(i, scratch, buf);
+                            buf.convert_to_f32_slice(out);
+                        })
+                    })
                 };
-                linalg::with_filled(rows * k, fill, f)
+                quant::with_filled(rows * k, fill, f)
             }
         }
     }
+}
+
+std::thread_local! {
+    /// Per-thread buffers of the row-forming path (codes, values, one fp16 row).
+    static ROW: std::cell::RefCell<(Scratch, Vec<f16>)> =
+        std::cell::RefCell::new((Scratch::new(0), Vec::new()));
 }
 
 #[cfg(test)]

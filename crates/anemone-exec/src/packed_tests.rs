@@ -46,6 +46,32 @@ fn assert_same(packed: &HalfWeight, expanded: &crate::Tensor, rng: &mut Rng) {
     packed.with_widened(|w| assert_eq!(w, expanded.data.as_slice()));
 }
 
+/// On a CPU with the fused kernels, 8-bit and 4-bit weights whose rows are a multiple of 32 and
+/// blocks a multiple of 16 columns take them (so the comparisons above test them).
+fn assert_fused_where_covered(w: &HalfWeight) {
+    if !quant::available() {
+        return;
+    }
+    let (per, k) = match &w.data {
+        WeightData::Half(_) => return,
+        WeightData::ShiftScale { data, blocks, .. } => {
+            if data.dtype().bits() % 4 != 0 {
+                return;
+            }
+            (blocks.cols_per, w.shape[1])
+        }
+        WeightData::Lut {
+            indices, blocks, ..
+        } => {
+            if indices.dtype() != DType::U4 {
+                return;
+            }
+            (blocks.cols_per, w.shape[1])
+        }
+    };
+    assert_eq!(w.fused(), k % 32 == 0 && per % 16 == 0, "{:?}", w.shape);
+}
+
 fn ints(rng: &mut Rng, dtype: DType, shape: Vec<usize>) -> TensorData {
     let (lo, hi) = match dtype {
         DType::I8 => (-128, 127),
@@ -64,7 +90,7 @@ fn shift_scale_matvec_is_the_expanded_fp16_matvec() {
     // (data dtype, weight shape, scale shape, offset: none / same dtype / fp16 / fp32);
     // 320×1024 reaches the parallel path
     type Case = (DType, Vec<usize>, Vec<usize>, Option<DType>);
-    let cases: [Case; 7] = [
+    let cases: [Case; 10] = [
         (DType::I8, vec![320, 1024, 1, 1], vec![320, 1, 1, 1], None),
         (DType::I8, vec![96, 64], vec![96, 4], Some(DType::I8)),
         (
@@ -87,6 +113,14 @@ fn shift_scale_matvec_is_the_expanded_fp16_matvec() {
             vec![1, 1, 1, 1],
             Some(DType::U4),
         ),
+        (DType::I4, vec![40, 96], vec![20, 6], Some(DType::I4)),
+        (
+            DType::I4,
+            vec![24, 64, 1, 1],
+            vec![24, 2, 1, 1],
+            Some(DType::F32),
+        ),
+        (DType::U8, vec![24, 64], vec![24, 2], Some(DType::U8)),
     ];
     for (dtype, shape, sshape, odt) in cases {
         let data = ints(&mut rng, dtype, shape.clone());
@@ -104,6 +138,7 @@ fn shift_scale_matvec_is_the_expanded_fp16_matvec() {
         let expanded = blockwise_shift_scale(&data, &scale, offset.as_ref()).unwrap();
         let packed = HalfWeight::shift_scale(&data, &scale, offset.as_ref())
             .unwrap_or_else(|| panic!("{dtype} {shape:?} not kept compressed"));
+        assert_fused_where_covered(&packed);
         assert_same(&packed, &expanded, &mut rng);
     }
 }
@@ -112,9 +147,11 @@ fn shift_scale_matvec_is_the_expanded_fp16_matvec() {
 fn lut_matvec_is_the_expanded_fp16_matvec() {
     let mut rng = Rng(0xD1B5_4A32_D192_ED03);
     // (index dtype, weight shape, palette-group shape)
-    let cases: [(DType, Vec<usize>, Vec<usize>); 5] = [
+    let cases: [(DType, Vec<usize>, Vec<usize>); 7] = [
         (DType::U4, vec![320, 1024, 1, 1], vec![1, 1, 1, 1]),
         (DType::U4, vec![64, 96], vec![8, 1]),
+        (DType::U4, vec![64, 96, 1, 1], vec![4, 3, 1, 1]),
+        (DType::U4, vec![16, 64], vec![16, 4]),
         (DType::U2, vec![40, 64, 1, 1], vec![5, 2, 1, 1]),
         (DType::U3, vec![24, 40], vec![1, 1]),
         (DType::U8, vec![16, 32, 1, 1], vec![16, 1, 1, 1]),
@@ -129,6 +166,7 @@ fn lut_matvec_is_the_expanded_fp16_matvec() {
         let expanded = lut_to_dense(&indices, &lut).unwrap();
         let packed = HalfWeight::lut(&indices, &lut)
             .unwrap_or_else(|| panic!("{dtype} {shape:?} not kept compressed"));
+        assert_fused_where_covered(&packed);
         assert_same(&packed, &expanded, &mut rng);
     }
 }
@@ -148,4 +186,41 @@ fn non_projection_payloads_are_not_kept_compressed() {
         HalfWeight::shift_scale(&data, &scale32, None).is_none(),
         "fp32 result"
     );
+}
+
+#[test]
+fn fused_rows_round_like_decompress_at_the_extremes() {
+    // scales whose products are fp16 subnormals, ties, and overflow to ±inf; each row's dot
+    // and expansion are compared with the row-forming path bit for bit
+    let mut rng = Rng(0x5DEE_CE66_D1CE_4E5B);
+    let svals = [6.0e-8, 1.0e-5, 3.1e-5, 0.5, 0.333, 600.0, 4000.0, 65504.0];
+    for dtype in [DType::I8, DType::U8, DType::I4, DType::U4] {
+        let shape = vec![8, 64];
+        let data = ints(&mut rng, dtype, shape.clone());
+        let scale = TensorData::f16_from_f32(vec![8, 2], &[svals, svals].concat()).unwrap();
+        for offset in [
+            None,
+            Some(TensorData::f16_from_f32(vec![8, 2], &rng.floats(16, 3.0)).unwrap()),
+            Some(TensorData::from_f32(vec![8, 2], &rng.floats(16, 3.0)).unwrap()),
+        ] {
+            let expanded = blockwise_shift_scale(&data, &scale, offset.as_ref()).unwrap();
+            let packed = HalfWeight::shift_scale(&data, &scale, offset.as_ref()).unwrap();
+            assert_fused_where_covered(&packed);
+            assert_same(&packed, &expanded, &mut rng);
+        }
+    }
+}
+
+#[test]
+fn fp16_weights_are_read_in_place() {
+    let v: Vec<f32> = (0..64).map(|i| i as f32 / 8.0).collect();
+    let t = TensorData::f16_from_f32(vec![8, 8], &v).unwrap();
+    let w = HalfWeight::half(&t).unwrap();
+    let WeightData::Half(h) = &w.data else {
+        panic!("not fp16")
+    };
+    assert!(matches!(h, Halves::Shared(_)), "copied");
+    assert_eq!(h.as_slice().as_ptr() as *const u8, t.bytes().as_ptr());
+    let back: Vec<f32> = h.as_slice().iter().map(|x| x.to_f32()).collect();
+    assert_eq!(back, v);
 }

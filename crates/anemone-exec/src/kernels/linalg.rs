@@ -176,62 +176,6 @@ pub fn matvec_f16(dst: &mut [f32], w: &[half::f16], x: &[f32]) -> Result<(), Str
     Ok(())
 }
 
-/// `dst[i] = dot(row i of W, x)` for a weight whose rows are formed as fp16 by
-/// `row(i, scratch, buf)` (`scratch` made once per task)
-/// (a compressed weight, `packed.rs`) into a per-task buffer: the same dot over the same
-/// fp16 values as [`matvec_f16`] (or [`super::fp16acc::matvec_f16`]) on the expanded weight.
-pub fn matvec_rows<S>(
-    dst: &mut [f32],
-    x: &[f32],
-    scratch: impl Fn() -> S + Sync,
-    row: impl Fn(usize, &mut S, &mut [half::f16]) + Sync,
-    acc: Accumulation,
-) {
-    let k = x.len();
-    let dot: fn(&[half::f16], &[f32]) -> f32 = match acc {
-        Accumulation::F32 => simd::dot_f16_kernel(),
-        Accumulation::Fp16Blocks => super::fp16acc::dot_f16,
-    };
-    if k == 0 {
-        dst.fill(0.0);
-        return;
-    }
-    let kernel = |(t, chunk): (usize, &mut [f32])| {
-        let mut buf = vec![half::f16::ZERO; k];
-        let mut s = scratch();
-        for (r, d) in chunk.iter_mut().enumerate() {
-            row(t * MATVEC_ROWS_PER_TASK + r, &mut s, &mut buf);
-            *d = dot(&buf, x);
-        }
-    };
-    if dst.len() * k >= PARALLEL_WORK {
-        dst.par_chunks_mut(MATVEC_ROWS_PER_TASK)
-            .enumerate()
-            .for_each(kernel);
-    } else {
-        dst.chunks_mut(MATVEC_ROWS_PER_TASK)
-            .enumerate()
-            .for_each(kernel);
-    }
-}
-
-/// Runs `f` on `len` values written by `fill` into the per-thread buffer of [`with_widened`]
-/// (a compressed weight expanded for a wide product, never kept resident).
-pub fn with_filled<R>(len: usize, fill: impl Fn(&mut [f32]), f: impl FnOnce(&[f32]) -> R) -> R {
-    WIDENED.with(|cell| match cell.try_borrow_mut() {
-        Ok(mut buf) => {
-            buf.resize(len, 0.0);
-            fill(&mut buf);
-            f(&buf)
-        }
-        Err(_) => {
-            let mut buf = vec![0.0; len];
-            fill(&mut buf);
-            f(&buf)
-        }
-    })
-}
-
 std::thread_local! {
     /// Per-thread buffer that fp16 weights are widened into for wide (multi-token) products.
     static WIDENED: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };

@@ -5,6 +5,7 @@ pub mod elementwise;
 pub mod fp16acc;
 pub mod linalg;
 pub mod norm;
+pub mod quant;
 pub mod shape;
 pub mod simd;
 
