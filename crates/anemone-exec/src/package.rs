@@ -123,9 +123,46 @@ impl State {
 /// Cache key of a decoded constant: identical payloads decode once per package.
 #[derive(PartialEq, Eq, Hash)]
 enum ConstKey {
-    Plain(TensorData),
-    ShiftScale(TensorData, TensorData, Option<TensorData>),
-    Lut(TensorData, TensorData),
+    Plain(Payload),
+    ShiftScale(Payload, Payload, Option<Payload>),
+    Lut(Payload, Payload),
+}
+
+/// A constant's payload as a cache key: small payloads by value, large ones (weights) by
+/// identity — the reader shares one buffer between all uses of a blob record (every function
+/// of a package), and hashing or comparing megabytes of weights per use made a load slower.
+struct Payload(TensorData);
+
+/// Payloads up to this many bytes are keyed by value.
+const BY_VALUE: usize = 4096;
+
+impl Payload {
+    fn by_value(&self) -> bool {
+        self.0.bytes().len() <= BY_VALUE
+    }
+}
+
+impl PartialEq for Payload {
+    fn eq(&self, other: &Self) -> bool {
+        if self.by_value() || other.by_value() {
+            return self.0 == other.0;
+        }
+        self.0.tensor_type() == other.0.tensor_type()
+            && Arc::ptr_eq(self.0.shared_bytes(), other.0.shared_bytes())
+    }
+}
+
+impl Eq for Payload {}
+
+impl std::hash::Hash for Payload {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        if self.by_value() {
+            self.0.hash(state);
+        } else {
+            self.0.tensor_type().hash(state);
+            (Arc::as_ptr(self.0.shared_bytes()) as *const u8 as usize).hash(state);
+        }
+    }
 }
 
 /// Constants decoded so far while loading a package (shared between its functions).
@@ -151,12 +188,16 @@ impl LoadedPackage {
             .iter()
             .map(|f| prepare(path, f, &mut caches))
             .collect::<Result<Vec<_>>>()?;
+        let default_function = program.default_function_name().to_string();
+        drop(caches);
+        drop(program);
+        release_freed_memory();
         Ok(LoadedPackage {
             path: path.to_path_buf(),
             precision,
             accumulation: crate::kernels::Accumulation::F32,
             functions,
-            default_function: program.default_function_name().to_string(),
+            default_function,
         })
     }
 
@@ -234,15 +275,33 @@ impl LoadedPackage {
     }
 }
 
+/// Hands the pages a load freed (the package file read whole, payload copies the program held)
+/// back to the OS: glibc keeps freed heap memory mapped, and a bundle of many packages loaded
+/// one after the other otherwise keeps tens of MiB of it resident while generating.
+fn release_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        extern "C" {
+            fn malloc_trim(pad: usize) -> std::ffi::c_int;
+        }
+        // SAFETY: glibc's malloc_trim only returns free heap pages to the OS (madvise); it is
+        // thread-safe and callable at any time.
+        unsafe {
+            malloc_trim(0);
+        }
+    }
+}
+
 fn const_key(op: &Op) -> Option<ConstKey> {
+    let p = |t: &TensorData| Payload(t.clone());
     Some(match op {
-        Op::Const { value } => ConstKey::Plain(value.clone()),
+        Op::Const { value } => ConstKey::Plain(p(value)),
         Op::ConstexprBlockwiseShiftScale {
             data,
             scale,
             offset,
-        } => ConstKey::ShiftScale(data.clone(), scale.clone(), offset.clone()),
-        Op::ConstexprLutToDense { indices, lut } => ConstKey::Lut(indices.clone(), lut.clone()),
+        } => ConstKey::ShiftScale(p(data), p(scale), offset.as_ref().map(p)),
+        Op::ConstexprLutToDense { indices, lut } => ConstKey::Lut(p(indices), p(lut)),
         _ => return None,
     })
 }
@@ -258,9 +317,11 @@ fn packed_weight(
         .entry(key)
         .or_insert_with_key(|key| {
             match key {
-                ConstKey::Plain(v) => HalfWeight::half(v),
-                ConstKey::ShiftScale(d, s, o) => HalfWeight::shift_scale(d, s, o.as_ref()),
-                ConstKey::Lut(i, l) => HalfWeight::lut(i, l),
+                ConstKey::Plain(v) => HalfWeight::half(&v.0),
+                ConstKey::ShiftScale(d, s, o) => {
+                    HalfWeight::shift_scale(&d.0, &s.0, o.as_ref().map(|o| &o.0))
+                }
+                ConstKey::Lut(i, l) => HalfWeight::lut(&i.0, &l.0),
             }
             .map(Arc::new)
         })
@@ -271,23 +332,18 @@ fn decode_constant(
     op: &Op,
     cache: &mut HashMap<ConstKey, Arc<Tensor>>,
 ) -> Result<Arc<Tensor>, String> {
-    let key = match op {
-        Op::Const { value } => ConstKey::Plain(value.clone()),
-        Op::ConstexprBlockwiseShiftScale {
-            data,
-            scale,
-            offset,
-        } => ConstKey::ShiftScale(data.clone(), scale.clone(), offset.clone()),
-        Op::ConstexprLutToDense { indices, lut } => ConstKey::Lut(indices.clone(), lut.clone()),
-        other => return Err(format!("`{}` is not a constant op", other.mil_type())),
+    let Some(key) = const_key(op) else {
+        return Err(format!("`{}` is not a constant op", op.mil_type()));
     };
     if let Some(t) = cache.get(&key) {
         return Ok(t.clone());
     }
     let t = Arc::new(match &key {
-        ConstKey::Plain(v) => const_tensor(v)?,
-        ConstKey::ShiftScale(d, s, o) => blockwise_shift_scale(d, s, o.as_ref())?,
-        ConstKey::Lut(i, l) => lut_to_dense(i, l)?,
+        ConstKey::Plain(v) => const_tensor(&v.0)?,
+        ConstKey::ShiftScale(d, s, o) => {
+            blockwise_shift_scale(&d.0, &s.0, o.as_ref().map(|o| &o.0))?
+        }
+        ConstKey::Lut(i, l) => lut_to_dense(&i.0, &l.0)?,
     });
     cache.insert(key, t.clone());
     Ok(t)

@@ -221,6 +221,20 @@ mod avx512 {
 
     use super::{Row, ShiftScale, Tables};
 
+    /// How a block's offset enters: none, rounded to fp16 after the subtraction, or fp32
+    /// (promoting, not rounded).
+    const NO_OFFSET: u8 = 0;
+    const ROUNDED: u8 = 1;
+    const PROMOTES: u8 = 2;
+
+    fn offset_kind(how: &ShiftScale) -> u8 {
+        match (how.offsets, how.round_shift) {
+            (None, _) => NO_OFFSET,
+            (Some(_), true) => ROUNDED,
+            (Some(_), false) => PROMOTES,
+        }
+    }
+
     /// fp16 rounding of 16 values (nearest even, as `f16::from_f32`).
     #[inline]
     #[target_feature(enable = "avx512f,f16c")]
@@ -230,43 +244,52 @@ mod avx512 {
         >(v))
     }
 
-    /// The fp16 scale of block `b`, as f32.
-    #[inline]
-    #[target_feature(enable = "avx512f,f16c")]
-    fn scale_of(scales: &[u8], b: usize) -> __m512 {
-        let bits = u16::from_le_bytes([scales[2 * b], scales[2 * b + 1]]);
-        _mm512_set1_ps(_mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32))))
+    /// A block's scale and offset, broadcast.
+    #[derive(Clone, Copy)]
+    struct Params {
+        s: __m512,
+        o: __m512,
     }
 
-    /// `decompress`'s arithmetic on 16 data values `v` of block `b`.
     #[inline]
     #[target_feature(enable = "avx512f,f16c")]
-    fn shift_scale(v: __m512, how: &ShiftScale, b: usize) -> __m512 {
-        let s = scale_of(how.scales, b);
-        match how.offsets {
-            None => r16(_mm512_mul_ps(v, s)),
-            Some(o) => {
-                let d = _mm512_sub_ps(v, _mm512_set1_ps(o[b]));
-                let d = if how.round_shift { r16(d) } else { d };
-                r16(_mm512_mul_ps(d, s))
-            }
+    fn params(how: &ShiftScale, b: usize) -> Params {
+        let bits = u16::from_le_bytes([how.scales[2 * b], how.scales[2 * b + 1]]);
+        let s = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)));
+        Params {
+            s: _mm512_set1_ps(s),
+            o: match how.offsets {
+                Some(o) => _mm512_set1_ps(o[b]),
+                None => _mm512_setzero_ps(),
+            },
         }
     }
 
-    /// The values of 16 bytes at `p` (block `b`).
+    /// `decompress`'s arithmetic on 16 data values `v` of a block.
+    #[inline]
+    #[target_feature(enable = "avx512f,f16c")]
+    fn shift_scale<const OFF: u8>(v: __m512, p: Params) -> __m512 {
+        match OFF {
+            NO_OFFSET => r16(_mm512_mul_ps(v, p.s)),
+            ROUNDED => r16(_mm512_mul_ps(r16(_mm512_sub_ps(v, p.o)), p.s)),
+            _ => r16(_mm512_mul_ps(_mm512_sub_ps(v, p.o), p.s)),
+        }
+    }
+
+    /// The values of 16 bytes at `p` (a block with parameters `pb`).
     ///
     /// # Safety
     /// 16 bytes must be readable at `p`.
     #[inline]
     #[target_feature(enable = "avx512f,f16c")]
-    unsafe fn byte_values(p: *const u8, how: &ShiftScale, b: usize) -> __m512 {
+    unsafe fn byte_values<const SIGNED: bool, const OFF: u8>(p: *const u8, pb: Params) -> __m512 {
         let raw = _mm_loadu_si128(p as *const __m128i);
-        let ints = if how.signed {
+        let ints = if SIGNED {
             _mm512_cvtepi8_epi32(raw)
         } else {
             _mm512_cvtepu8_epi32(raw)
         };
-        shift_scale(_mm512_cvtepi32_ps(ints), how, b)
+        shift_scale::<OFF>(_mm512_cvtepi32_ps(ints), pb)
     }
 
     /// The 16-entry table of block `b` as f32.
@@ -293,91 +316,225 @@ mod avx512 {
                         14.0, 15.0,
                     )
                 };
-                shift_scale(codes, how, b)
+                let p = params(how, b);
+                match offset_kind(how) {
+                    NO_OFFSET => shift_scale::<NO_OFFSET>(codes, p),
+                    ROUNDED => shift_scale::<ROUNDED>(codes, p),
+                    _ => shift_scale::<PROMOTES>(codes, p),
+                }
             }
         }
     }
 
-    /// The 32 nibble indices of 16 bytes at `p`, in element order, as two vectors of 16.
+    /// The nibbles of the 8 bytes at `p` (16 elements, low nibble first) as 16 table indices:
+    /// lane `l` holds the bytes' dword `l / 8` shifted right by `4 (l % 8)` (a table lookup
+    /// reads only the low 4 bits).
     ///
     /// # Safety
-    /// 16 bytes must be readable at `p`.
+    /// 8 bytes must be readable at `p`.
     #[inline]
     #[target_feature(enable = "avx512f")]
-    unsafe fn nibbles(p: *const u8) -> (__m512i, __m512i) {
-        let raw = _mm_loadu_si128(p as *const __m128i);
-        let mask = _mm_set1_epi8(15);
-        let lo = _mm_and_si128(raw, mask);
-        let hi = _mm_and_si128(_mm_srli_epi16::<4>(raw), mask);
-        (
-            _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi)),
-            _mm512_cvtepu8_epi32(_mm_unpackhi_epi8(lo, hi)),
-        )
+    unsafe fn nibble_indices(p: *const u8) -> __m512i {
+        let lo = (p as *const i32).read_unaligned();
+        let hi = (p.add(4) as *const i32).read_unaligned();
+        let v = _mm512_mask_set1_epi32(_mm512_set1_epi32(lo), 0xFF00, hi);
+        let shifts = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
+        _mm512_srlv_epi32(v, shifts)
     }
 
-    /// Calls `sink(j, values of elements j..j + 16)` for j = 0, 16, … over the row.
-    ///
-    /// # Safety
-    /// `row.covered()`.
-    #[inline(always)]
-    unsafe fn each16(row: &Row, mut sink: impl FnMut(usize, __m512)) {
-        match *row {
-            Row::Bytes { codes, how, per } => {
-                let mut j = 0;
-                while j < codes.len() {
-                    sink(j, byte_values(codes.as_ptr().add(j), &how, j / per));
-                    j += 16;
+    /// Runs `$body` with `$w0`, `$w1` the values of elements `$j..$j + 16` and
+    /// `$j + 16..$j + 32`, for `$j` = 0, 32, … over the row (`row.covered()`: blocks of a
+    /// multiple of 16 columns, so a block starts only at `$j` or, unless `$whole` — blocks of a
+    /// multiple of 32 — at `$j + 16`). `$vals(p, params)` forms 16 byte values. A macro so the
+    /// body is compiled with the caller's target features.
+    macro_rules! bytes32 {
+        ($codes:expr, $how:expr, $per:expr, $whole:expr, $vals:expr,
+         |$j:ident, $w0:ident, $w1:ident| $body:block) => {{
+            let (codes, how, per) = ($codes, $how, $per);
+            let (mut next, mut b) = (0usize, 0usize);
+            let mut pb = params(how, 0);
+            let p = codes.as_ptr();
+            let mut $j = 0usize;
+            while $j < codes.len() {
+                if $j == next {
+                    pb = params(how, b);
+                    b += 1;
+                    next += per;
                 }
-            }
-            Row::Nibbles { codes, tables, per } => {
-                let k = codes.len() * 2;
-                let mut cur = usize::MAX;
-                let mut t = _mm512_setzero_ps();
-                let mut j = 0;
-                while j < k {
-                    let (i0, i1) = nibbles(codes.as_ptr().add(j / 2));
-                    for (h, idx) in [(0, i0), (16, i1)] {
-                        let b = (j + h) / per;
-                        if b != cur {
-                            t = table(&tables, b);
-                            cur = b;
-                        }
-                        sink(j + h, _mm512_permutexvar_ps(idx, t));
-                    }
-                    j += 32;
+                let $w0 = $vals(p.add($j), pb);
+                if !$whole && $j + 16 == next {
+                    pb = params(how, b);
+                    b += 1;
+                    next += per;
                 }
+                let $w1 = $vals(p.add($j + 16), pb);
+                $body
+                $j += 32;
             }
-        }
+        }};
     }
 
-    /// # Safety
-    /// `row.covered()`, `x.len() == row.len()`, and the CPU has AVX-512F and F16C.
+    macro_rules! nibbles32 {
+        ($codes:expr, $tables:expr, $per:expr, $whole:expr,
+         |$j:ident, $w0:ident, $w1:ident| $body:block) => {{
+            let (codes, tables, per) = ($codes, $tables, $per);
+            let (mut next, mut b) = (0usize, 0usize);
+            let mut t = _mm512_setzero_ps();
+            let p = codes.as_ptr();
+            let mut $j = 0usize;
+            while $j < codes.len() * 2 {
+                if $j == next {
+                    t = table(tables, b);
+                    b += 1;
+                    next += per;
+                }
+                let $w0 = _mm512_permutexvar_ps(nibble_indices(p.add($j / 2)), t);
+                if !$whole && $j + 16 == next {
+                    t = table(tables, b);
+                    b += 1;
+                    next += per;
+                }
+                let $w1 = _mm512_permutexvar_ps(nibble_indices(p.add($j / 2 + 8)), t);
+                $body
+                $j += 32;
+            }
+        }};
+    }
+
+    /// The fp16 dot's final sum of its accumulators (`a01` = accumulators 0 and 1 side by side,
+    /// `a23` = 2 and 3): `(acc0 + acc1) + (acc2 + acc3)`, then its lane order.
+    #[inline]
     #[target_feature(enable = "avx512f,avx2,fma,f16c")]
-    pub unsafe fn dot(row: &Row, x: &[f32]) -> f32 {
-        // acc01 holds the fp16 dot's accumulators 0 and 1 side by side, acc23 2 and 3
-        let mut acc = [_mm512_setzero_ps(); 2];
-        let px = x.as_ptr();
-        each16(row, |j, w| {
-            let a = &mut acc[(j / 16) % 2];
-            *a = _mm512_fmadd_ps(w, _mm512_loadu_ps(px.add(j)), *a);
-        });
+    fn finish(a01: __m512, a23: __m512) -> f32 {
         let pair = |v: __m512| {
             _mm256_add_ps(
                 _mm512_castps512_ps256(v),
                 _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v))),
             )
         };
-        let sum = _mm256_add_ps(pair(acc[0]), pair(acc[1]));
+        let sum = _mm256_add_ps(pair(a01), pair(a23));
         let mut l = [0.0f32; 8];
-        _mm256_storeu_ps(l.as_mut_ptr(), sum);
+        // SAFETY: `l` holds 8 values.
+        unsafe { _mm256_storeu_ps(l.as_mut_ptr(), sum) };
         (l[0] + l[4]) + (l[1] + l[5]) + ((l[2] + l[6]) + (l[3] + l[7]))
     }
 
+    macro_rules! byte_kernels {
+        ($dot:ident, $expand:ident) => {
+            #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+            unsafe fn $dot<const SIGNED: bool, const OFF: u8, const WHOLE: bool>(
+                codes: &[u8],
+                how: &ShiftScale,
+                per: usize,
+                x: &[f32],
+            ) -> f32 {
+                let (mut a01, mut a23) = (_mm512_setzero_ps(), _mm512_setzero_ps());
+                let px = x.as_ptr();
+                let vals = |p, pb| byte_values::<SIGNED, OFF>(p, pb);
+                bytes32!(codes, how, per, WHOLE, vals, |j, w0, w1| {
+                    a01 = _mm512_fmadd_ps(w0, _mm512_loadu_ps(px.add(j)), a01);
+                    a23 = _mm512_fmadd_ps(w1, _mm512_loadu_ps(px.add(j + 16)), a23);
+                });
+                finish(a01, a23)
+            }
+
+            #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+            unsafe fn $expand<const SIGNED: bool, const OFF: u8, const WHOLE: bool>(
+                codes: &[u8],
+                how: &ShiftScale,
+                per: usize,
+                out: &mut [f32],
+            ) {
+                let po = out.as_mut_ptr();
+                let vals = |p, pb| byte_values::<SIGNED, OFF>(p, pb);
+                bytes32!(codes, how, per, WHOLE, vals, |j, w0, w1| {
+                    _mm512_storeu_ps(po.add(j), w0);
+                    _mm512_storeu_ps(po.add(j + 16), w1);
+                });
+            }
+        };
+    }
+
+    byte_kernels!(dot_bytes, expand_bytes);
+
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    unsafe fn dot_nibbles<const WHOLE: bool>(
+        codes: &[u8],
+        tables: &Tables,
+        per: usize,
+        x: &[f32],
+    ) -> f32 {
+        let (mut a01, mut a23) = (_mm512_setzero_ps(), _mm512_setzero_ps());
+        let px = x.as_ptr();
+        nibbles32!(codes, tables, per, WHOLE, |j, w0, w1| {
+            a01 = _mm512_fmadd_ps(w0, _mm512_loadu_ps(px.add(j)), a01);
+            a23 = _mm512_fmadd_ps(w1, _mm512_loadu_ps(px.add(j + 16)), a23);
+        });
+        finish(a01, a23)
+    }
+
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    unsafe fn expand_nibbles<const WHOLE: bool>(
+        codes: &[u8],
+        tables: &Tables,
+        per: usize,
+        out: &mut [f32],
+    ) {
+        let po = out.as_mut_ptr();
+        nibbles32!(codes, tables, per, WHOLE, |j, w0, w1| {
+            _mm512_storeu_ps(po.add(j), w0);
+            _mm512_storeu_ps(po.add(j + 16), w1);
+        });
+    }
+
+    /// Calls `$f::<SIGNED, OFF, WHOLE>($args)` for the row's byte layout.
+    macro_rules! by_layout {
+        ($f:ident, $how:expr, $per:expr, ($($a:expr),*)) => {{
+            let whole = $per % 32 == 0;
+            match ($how.signed, offset_kind($how), whole) {
+                (true, NO_OFFSET, true) => $f::<true, NO_OFFSET, true>($($a),*),
+                (true, NO_OFFSET, false) => $f::<true, NO_OFFSET, false>($($a),*),
+                (true, ROUNDED, true) => $f::<true, ROUNDED, true>($($a),*),
+                (true, ROUNDED, false) => $f::<true, ROUNDED, false>($($a),*),
+                (true, _, true) => $f::<true, PROMOTES, true>($($a),*),
+                (true, _, false) => $f::<true, PROMOTES, false>($($a),*),
+                (false, NO_OFFSET, true) => $f::<false, NO_OFFSET, true>($($a),*),
+                (false, NO_OFFSET, false) => $f::<false, NO_OFFSET, false>($($a),*),
+                (false, ROUNDED, true) => $f::<false, ROUNDED, true>($($a),*),
+                (false, ROUNDED, false) => $f::<false, ROUNDED, false>($($a),*),
+                (false, _, true) => $f::<false, PROMOTES, true>($($a),*),
+                (false, _, false) => $f::<false, PROMOTES, false>($($a),*),
+            }
+        }};
+    }
+
     /// # Safety
-    /// `row.covered()`, `out.len() == row.len()`, and the CPU has AVX-512F and F16C.
+    /// `row.covered()`, `x.len() == row.len()`, and the CPU has AVX-512F, AVX2, FMA and F16C.
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    pub unsafe fn dot(row: &Row, x: &[f32]) -> f32 {
+        match row {
+            Row::Bytes { codes, how, per } => {
+                by_layout!(dot_bytes, how, *per, (codes, how, *per, x))
+            }
+            Row::Nibbles { codes, tables, per } => match per % 32 == 0 {
+                true => dot_nibbles::<true>(codes, tables, *per, x),
+                false => dot_nibbles::<false>(codes, tables, *per, x),
+            },
+        }
+    }
+
+    /// # Safety
+    /// `row.covered()`, `out.len() == row.len()`, and the CPU has AVX-512F, AVX2, FMA and F16C.
     #[target_feature(enable = "avx512f,avx2,fma,f16c")]
     pub unsafe fn expand(row: &Row, out: &mut [f32]) {
-        let po = out.as_mut_ptr();
-        each16(row, |j, w| _mm512_storeu_ps(po.add(j), w));
+        match row {
+            Row::Bytes { codes, how, per } => {
+                by_layout!(expand_bytes, how, *per, (codes, how, *per, out))
+            }
+            Row::Nibbles { codes, tables, per } => match per % 32 == 0 {
+                true => expand_nibbles::<true>(codes, tables, *per, out),
+                false => expand_nibbles::<false>(codes, tables, *per, out),
+            },
+        }
     }
 }
