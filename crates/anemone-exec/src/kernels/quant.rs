@@ -111,6 +111,7 @@ pub fn available() -> bool {
         static HAS: OnceLock<bool> = OnceLock::new();
         *HAS.get_or_init(|| {
             is_x86_feature_detected!("avx512f")
+                && is_x86_feature_detected!("avx512vbmi")
                 && is_x86_feature_detected!("avx2")
                 && is_x86_feature_detected!("fma")
                 && is_x86_feature_detected!("f16c")
@@ -327,19 +328,27 @@ mod avx512 {
     }
 
     /// The nibbles of the 8 bytes at `p` (16 elements, low nibble first) as 16 table indices:
-    /// lane `l` holds the bytes' dword `l / 8` shifted right by `4 (l % 8)` (a table lookup
-    /// reads only the low 4 bits).
+    /// the 8 bytes broadcast to every qword, byte 0 of dword `l` taken from bit `4 l` of them
+    /// (a table lookup reads only the low 4 bits of an index).
     ///
     /// # Safety
     /// 8 bytes must be readable at `p`.
     #[inline]
-    #[target_feature(enable = "avx512f")]
+    #[target_feature(enable = "avx512f,avx512vbmi")]
     unsafe fn nibble_indices(p: *const u8) -> __m512i {
-        let lo = (p as *const i32).read_unaligned();
-        let hi = (p.add(4) as *const i32).read_unaligned();
-        let v = _mm512_mask_set1_epi32(_mm512_set1_epi32(lo), 0xFF00, hi);
-        let shifts = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
-        _mm512_srlv_epi32(v, shifts)
+        let v = _mm512_set1_epi64((p as *const i64).read_unaligned());
+        // per qword q: byte 0 ← bits 8q.., byte 4 ← bits 8q + 4.. (elements 2q and 2q + 1)
+        let ctrl = _mm512_set_epi64(
+            0x0000_003C_0000_0038,
+            0x0000_0034_0000_0030,
+            0x0000_002C_0000_0028,
+            0x0000_0024_0000_0020,
+            0x0000_001C_0000_0018,
+            0x0000_0014_0000_0010,
+            0x0000_000C_0000_0008,
+            0x0000_0004_0000_0000,
+        );
+        _mm512_multishift_epi64_epi8(ctrl, v)
     }
 
     /// Runs `$body` with `$w0`, `$w1` the values of elements `$j..$j + 16` and
@@ -404,7 +413,7 @@ mod avx512 {
     /// The fp16 dot's final sum of its accumulators (`a01` = accumulators 0 and 1 side by side,
     /// `a23` = 2 and 3): `(acc0 + acc1) + (acc2 + acc3)`, then its lane order.
     #[inline]
-    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    #[target_feature(enable = "avx512f,avx512vbmi,avx2,fma,f16c")]
     fn finish(a01: __m512, a23: __m512) -> f32 {
         let pair = |v: __m512| {
             _mm256_add_ps(
@@ -421,7 +430,7 @@ mod avx512 {
 
     macro_rules! byte_kernels {
         ($dot:ident, $expand:ident) => {
-            #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+            #[target_feature(enable = "avx512f,avx512vbmi,avx2,fma,f16c")]
             unsafe fn $dot<const SIGNED: bool, const OFF: u8, const WHOLE: bool>(
                 codes: &[u8],
                 how: &ShiftScale,
@@ -438,7 +447,7 @@ mod avx512 {
                 finish(a01, a23)
             }
 
-            #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+            #[target_feature(enable = "avx512f,avx512vbmi,avx2,fma,f16c")]
             unsafe fn $expand<const SIGNED: bool, const OFF: u8, const WHOLE: bool>(
                 codes: &[u8],
                 how: &ShiftScale,
@@ -457,7 +466,7 @@ mod avx512 {
 
     byte_kernels!(dot_bytes, expand_bytes);
 
-    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    #[target_feature(enable = "avx512f,avx512vbmi,avx2,fma,f16c")]
     unsafe fn dot_nibbles<const WHOLE: bool>(
         codes: &[u8],
         tables: &Tables,
@@ -473,7 +482,7 @@ mod avx512 {
         finish(a01, a23)
     }
 
-    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    #[target_feature(enable = "avx512f,avx512vbmi,avx2,fma,f16c")]
     unsafe fn expand_nibbles<const WHOLE: bool>(
         codes: &[u8],
         tables: &Tables,
@@ -509,8 +518,8 @@ mod avx512 {
     }
 
     /// # Safety
-    /// `row.covered()`, `x.len() == row.len()`, and the CPU has AVX-512F, AVX2, FMA and F16C.
-    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    /// `row.covered()`, `x.len() == row.len()`, and the CPU has AVX-512F/VBMI, AVX2, FMA and F16C.
+    #[target_feature(enable = "avx512f,avx512vbmi,avx2,fma,f16c")]
     pub unsafe fn dot(row: &Row, x: &[f32]) -> f32 {
         match row {
             Row::Bytes { codes, how, per } => {
@@ -524,8 +533,8 @@ mod avx512 {
     }
 
     /// # Safety
-    /// `row.covered()`, `out.len() == row.len()`, and the CPU has AVX-512F, AVX2, FMA and F16C.
-    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    /// `row.covered()`, `out.len() == row.len()`, and the CPU has AVX-512F/VBMI, AVX2, FMA and F16C.
+    #[target_feature(enable = "avx512f,avx512vbmi,avx2,fma,f16c")]
     pub unsafe fn expand(row: &Row, out: &mut [f32]) {
         match row {
             Row::Bytes { codes, how, per } => {
