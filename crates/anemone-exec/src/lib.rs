@@ -31,7 +31,8 @@
 //!   for bit those of an f32 copy of the weights. The same holds for fp16
 //!   `constexpr_blockwise_shift_scale` (integer data) and `constexpr_lut_to_dense` projection
 //!   weights, kept compressed: rows are formed as the fp16 values [`decompress`] would produce
-//!   (`packed.rs`). Other constants are held as f32.
+//!   (`packed.rs`), on CPUs with AVX-512 by fused kernels ([`kernels::quant`]) that form them in
+//!   registers and sum in the order of the fp16 dot. Other constants are held as f32.
 //!
 //! [`Accumulation::Fp16Blocks`] (`--precision fp16-acc`) keeps the rounding above and makes
 //! every sum inside an op accumulate in fp16 blocks ([`kernels::fp16acc`]): the pessimistic

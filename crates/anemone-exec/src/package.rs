@@ -71,11 +71,11 @@ pub(crate) struct PreparedFunction {
     pub value_names: Vec<String>,
     /// Constants held as f32 (every constant except the fp16 projection weights below).
     pub constants: Vec<(Var, Arc<Tensor>)>,
-    /// fp16 projection weights (1×1 conv, linear), kept fp16 or as their fp16 constexpr's
-    /// compressed payload ([`crate::packed`]) and only so: single-token steps read them directly
-    /// ([`crate::kernels::linalg::matvec_f16`], [`crate::kernels::linalg::matvec_rows`]), wider
-    /// steps expand them exactly into a reused f32 buffer. Either way the sums equal those over
-    /// the expanded f32 values.
+    /// fp16 projection weights (1×1 conv, linear), kept fp16 (the package's own bytes) or as
+    /// their fp16 constexpr's compressed payload ([`crate::packed`]) and only so: single-token
+    /// steps read them directly ([`crate::kernels::linalg::matvec_f16`], the fused kernels of
+    /// [`crate::kernels::quant`]), wider steps expand them exactly into a reused f32 buffer.
+    /// Either way the sums equal those over the expanded f32 values.
     pub half_weights: HashMap<Var, Arc<HalfWeight>>,
     pub steps: Vec<Step>,
 }

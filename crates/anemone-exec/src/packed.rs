@@ -2,7 +2,8 @@
 //! payload of an fp16 `constexpr_blockwise_shift_scale` (integer data + scales) or
 //! `constexpr_lut_to_dense` (indices + fp16 palettes). Each element is formed exactly as
 //! [`crate::decompress`] forms it, as an fp16 value, so a single-token matvec over a row formed
-//! on the fly sums the same fp16 values in the same order as over the expanded weight.
+//! on the fly sums the same fp16 values in the same order as over the expanded weight (the fused
+//! kernels of [`crate::kernels::quant`] where they apply, else a row at a time in portable code).
 
 use anemone_mil::{DType, TensorData};
 use half::f16;
