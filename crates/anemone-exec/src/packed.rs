@@ -53,7 +53,7 @@ impl Halves {
         let bytes = value.bytes();
         // SAFETY: f16 is a plain 2-byte value type; every bit pattern is valid.
         let (head, _, _) = unsafe { bytes.align_to::<f16>() };
-        if cfg!(target_endian = "little") && head.is_empty() && bytes.len() % 2 == 0 {
+        if cfg!(target_endian = "little") && head.is_empty() && bytes.len().is_multiple_of(2) {
             return Halves::Shared(value.clone());
         }
         Halves::Owned(
@@ -387,7 +387,7 @@ impl HalfWeight {
                         how,
                         per,
                     }),
-                    DType::I4 | DType::U4 if base % 2 == 0 && k % 2 == 0 => {
+                    DType::I4 | DType::U4 if base.is_multiple_of(2) && k.is_multiple_of(2) => {
                         Some(quant::Row::Nibbles {
                             codes: data.bytes().get(base / 2..(base + k) / 2)?,
                             tables: quant::Tables::ShiftScale(how),
@@ -403,7 +403,11 @@ impl HalfWeight {
                 palette,
                 blocks,
             } => {
-                if indices.dtype() != DType::U4 || *palette != 16 || base % 2 != 0 || k % 2 != 0 {
+                if indices.dtype() != DType::U4
+                    || *palette != 16
+                    || !base.is_multiple_of(2)
+                    || !k.is_multiple_of(2)
+                {
                     return None;
                 }
                 let g = blocks.row(i);
@@ -441,13 +445,8 @@ impl HalfWeight {
                 crate::kernels::fp16acc::matvec_f16(dst, w.as_slice(), x)
             }
             (WeightData::ShiftScale { .. } | WeightData::Lut { .. }, Accumulation::F32)
-                if self.fused() =>
+                if quant::matvec(dst, x, |i| self.fused_row(i)) =>
             {
-                quant::matvec_by_rows(dst, k, |i| {
-                    self.fused_row(i)
-                        .and_then(|r| quant::dot(&r, x))
-                        .unwrap_or(f32::NAN)
-                });
                 Ok(())
             }
             (WeightData::ShiftScale { .. } | WeightData::Lut { .. }, _) => {

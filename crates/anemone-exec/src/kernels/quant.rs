@@ -80,26 +80,37 @@ impl Row<'_> {
         self.len() / self.per().max(1)
     }
 
-    /// Whether the fused kernels cover this row (and its per-block slices are long enough).
-    fn covered(&self) -> bool {
+    /// Whether the fused kernels cover this row's shape (divisions: checked once per weight).
+    fn shape_ok(&self) -> bool {
         let (k, per) = (self.len(), self.per());
-        if k == 0 || k % 32 != 0 || per == 0 || per % 16 != 0 || k % per != 0 {
-            return false;
-        }
-        let b = self.blocks();
-        let how_ok =
-            |h: &ShiftScale| h.scales.len() >= 2 * b && h.offsets.is_none_or(|o| o.len() >= b);
+        k != 0
+            && k.is_multiple_of(32)
+            && per != 0
+            && per.is_multiple_of(16)
+            && k.is_multiple_of(per)
+    }
+
+    /// Whether the per-block slices hold `blocks` blocks (comparisons only: checked per row).
+    fn slices_ok(&self, blocks: usize) -> bool {
+        let how_ok = |h: &ShiftScale| {
+            h.scales.len() >= 2 * blocks && h.offsets.is_none_or(|o| o.len() >= blocks)
+        };
         match self {
             Row::Bytes { how, .. } => how_ok(how),
             Row::Nibbles {
                 tables: Tables::Palettes(p),
                 ..
-            } => p.len() >= 16 * b,
+            } => p.len() >= 16 * blocks,
             Row::Nibbles {
                 tables: Tables::ShiftScale(h),
                 ..
             } => how_ok(h),
         }
+    }
+
+    /// Whether the fused kernels cover this row (and its per-block slices are long enough).
+    fn covered(&self) -> bool {
+        self.shape_ok() && self.slices_ok(self.blocks())
     }
 }
 
@@ -126,20 +137,6 @@ pub fn covers(row: &Row) -> bool {
     available() && row.covered()
 }
 
-/// `dot(fp16 values of row, x)`, bit for bit the fp16 dot of the expanded row; `None` when
-/// [`covers`] is false.
-pub fn dot(row: &Row, x: &[f32]) -> Option<f32> {
-    if !covers(row) || x.len() != row.len() {
-        return None;
-    }
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: `covers` checked the CPU features and that the row's codes and per-block slices
-    // hold `row.len()` elements; x has as many.
-    return Some(unsafe { avx512::dot(row, x) });
-    #[cfg(not(target_arch = "x86_64"))]
-    None
-}
-
 /// Writes the row's values (fp16 values as f32) into `out`; `false` (nothing written) when
 /// [`covers`] is false.
 pub fn expand(row: &Row, out: &mut [f32]) -> bool {
@@ -155,6 +152,53 @@ pub fn expand(row: &Row, out: &mut [f32]) -> bool {
     return true;
     #[cfg(not(target_arch = "x86_64"))]
     false
+}
+
+/// `dst[i] = dot(row_of(i), x)` for every row, the rows of one weight (one shape and block
+/// layout, checked once; per row only that its slices are long enough), spread over the thread
+/// pool as the fp16 matvec is. `false` (and `dst` unspecified) when the kernels do not cover
+/// the weight or a row is not of its layout.
+pub fn matvec<'w>(
+    dst: &mut [f32],
+    x: &[f32],
+    row_of: impl Fn(usize) -> Option<Row<'w>> + Sync,
+) -> bool {
+    let Some(first) = row_of(0) else {
+        return dst.is_empty();
+    };
+    if !covers(&first) || first.len() != x.len() {
+        return false;
+    }
+    let (k, per, blocks) = (first.len(), first.per(), first.blocks());
+    let ok = std::sync::atomic::AtomicBool::new(true);
+    let kernel = |(t, chunk): (usize, &mut [f32])| {
+        for (r, d) in chunk.iter_mut().enumerate() {
+            match row_of(t * ROWS_PER_TASK + r) {
+                Some(row) if row.len() == k && row.per() == per && row.slices_ok(blocks) => {
+                    #[cfg(target_arch = "x86_64")]
+                    {
+                        // SAFETY: `covers` checked the CPU features and the layout (shared by
+                        // every row); this row's codes hold k elements and its per-block
+                        // slices `blocks` blocks; x holds k values.
+                        *d = unsafe { avx512::dot(&row, x) };
+                    }
+                    #[cfg(not(target_arch = "x86_64"))]
+                    {
+                        *d = f32::NAN;
+                    }
+                }
+                _ => ok.store(false, std::sync::atomic::Ordering::Relaxed),
+            }
+        }
+    };
+    if dst.len() * k >= PARALLEL_WORK {
+        dst.par_chunks_mut(ROWS_PER_TASK)
+            .enumerate()
+            .for_each(kernel);
+    } else {
+        dst.chunks_mut(ROWS_PER_TASK).enumerate().for_each(kernel);
+    }
+    ok.into_inner()
 }
 
 /// `dst[i] = dot_row(i)` over the rows, spread over the thread pool as the fp16 matvec is.
@@ -499,7 +543,7 @@ mod avx512 {
     /// Calls `$f::<SIGNED, OFF, WHOLE>($args)` for the row's byte layout.
     macro_rules! by_layout {
         ($f:ident, $how:expr, $per:expr, ($($a:expr),*)) => {{
-            let whole = $per % 32 == 0;
+            let whole = $per.is_multiple_of(32);
             match ($how.signed, offset_kind($how), whole) {
                 (true, NO_OFFSET, true) => $f::<true, NO_OFFSET, true>($($a),*),
                 (true, NO_OFFSET, false) => $f::<true, NO_OFFSET, false>($($a),*),
@@ -525,7 +569,7 @@ mod avx512 {
             Row::Bytes { codes, how, per } => {
                 by_layout!(dot_bytes, how, *per, (codes, how, *per, x))
             }
-            Row::Nibbles { codes, tables, per } => match per % 32 == 0 {
+            Row::Nibbles { codes, tables, per } => match per.is_multiple_of(32) {
                 true => dot_nibbles::<true>(codes, tables, *per, x),
                 false => dot_nibbles::<false>(codes, tables, *per, x),
             },
@@ -540,7 +584,7 @@ mod avx512 {
             Row::Bytes { codes, how, per } => {
                 by_layout!(expand_bytes, how, *per, (codes, how, *per, out))
             }
-            Row::Nibbles { codes, tables, per } => match per % 32 == 0 {
+            Row::Nibbles { codes, tables, per } => match per.is_multiple_of(32) {
                 true => expand_nibbles::<true>(codes, tables, *per, out),
                 false => expand_nibbles::<false>(codes, tables, *per, out),
             },
