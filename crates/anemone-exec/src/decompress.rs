@@ -58,7 +58,7 @@ fn block_index_map(shape: &[usize], block_counts: &[usize]) -> Vec<usize> {
     out
 }
 
-fn check_blocks(what: &str, shape: &[usize], counts: &[usize]) -> Result<(), String> {
+pub(crate) fn check_blocks(what: &str, shape: &[usize], counts: &[usize]) -> Result<(), String> {
     for (i, (&d, &c)) in shape.iter().zip(counts).enumerate() {
         if c == 0 || d % c != 0 {
             return Err(format!(
@@ -118,28 +118,20 @@ pub fn blockwise_shift_scale(
         }
     }
     let half_math = scale.dtype() == DType::F16;
-    let r16 = |v: f32| if half_math { round_f16(v) } else { v };
     // numpy: fp16 - fp32 promotes to fp32, after which the product is fp32 too.
     let offset_promotes = offset.is_some_and(|o| o.dtype() == DType::F32);
     let values = data.to_f32_vec();
     let scales = scale.to_f32_vec();
     let offsets = offset.map(|o| o.to_f32_vec());
     let blocks = block_index_map(dshape, sshape);
-    let mut out = Vec::with_capacity(values.len());
-    for (&v, &b) in values.iter().zip(&blocks) {
-        let d = r16(v);
-        let shifted = match &offsets {
-            Some(o) if offset_promotes => d - o[b],
-            Some(o) => r16(d - o[b]),
-            None => d,
-        };
-        let y = if offset_promotes {
-            scales[b] * shifted
-        } else {
-            r16(scales[b] * shifted)
-        };
-        out.push(y);
-    }
+    let out = values
+        .iter()
+        .zip(&blocks)
+        .map(|(&v, &b)| {
+            let o = offsets.as_ref().map(|o| o[b]);
+            shift_scale_element(v, scales[b], o, half_math, offset_promotes)
+        })
+        .collect();
     let mut t = Tensor {
         dtype: scale.dtype(),
         shape: dshape.to_vec(),
@@ -149,6 +141,32 @@ pub fn blockwise_shift_scale(
         t.data.iter_mut().for_each(|v| *v = round_f16(*v));
     }
     Ok(t)
+}
+
+/// One element of `constexpr_blockwise_shift_scale` before the final cast to scale's dtype
+/// (with `half_math`, an fp16 scale, the caller rounds the result to fp16): the data value `v`,
+/// its block's scale and offset. `offset_promotes`: the offset is fp32 (numpy promotes
+/// `data - offset` and the product to fp32). The compressed matvec forms its weights here too.
+#[inline]
+pub(crate) fn shift_scale_element(
+    v: f32,
+    scale: f32,
+    offset: Option<f32>,
+    half_math: bool,
+    offset_promotes: bool,
+) -> f32 {
+    let r16 = |v: f32| if half_math { round_f16(v) } else { v };
+    let d = r16(v);
+    let shifted = match offset {
+        Some(o) if offset_promotes => d - o,
+        Some(o) => r16(d - o),
+        None => d,
+    };
+    if offset_promotes {
+        scale * shifted
+    } else {
+        r16(scale * shifted)
+    }
 }
 
 /// `constexpr_lut_to_dense` (scalar palettes): `out[i] = lut[group(i)..., indices[i], 0]`,

@@ -559,12 +559,7 @@ fn run_step(fr: &mut Frame, step: &Step) -> Result<Vec<Tensor>, String> {
             let mut data = vec![0.0f32; ty.numel()];
             match (fr.f.half_weights.get(weight), fr.get(*weight)) {
                 (Some(w16), _) if single_token => {
-                    match fr.acc {
-                        Accumulation::F32 => linalg::matvec_f16(&mut data, &w16.data, &xt.data)?,
-                        Accumulation::Fp16Blocks => {
-                            fp16acc::matvec_f16(&mut data, &w16.data, &xt.data)?
-                        }
-                    }
+                    w16.matvec(&mut data, &xt.data, fr.acc)?;
                     if let Some(b) = bt {
                         data.iter_mut().zip(&b.data).for_each(|(v, b)| *v += b);
                     }
@@ -582,18 +577,19 @@ fn run_step(fr: &mut Frame, step: &Step) -> Result<Vec<Tensor>, String> {
                 )?,
                 (Some(w16), Err(_))
                     if fr.acc == Accumulation::F32
+                        && w16.as_f16().is_some()
                         && gemm_f16::is_pointwise(&xt.shape, &w16.shape, params) =>
                 {
                     gemm_f16::pointwise_conv_f16(
                         &mut data,
                         &xt.data,
                         &xt.shape,
-                        &w16.data,
+                        w16.as_f16().ok_or("fp16 weight expected")?,
                         &w16.shape,
                         bt.map(|b| b.data.as_slice()),
                     )?
                 }
-                (Some(w16), Err(_)) => linalg::with_widened(&w16.data, |w| {
+                (Some(w16), Err(_)) => w16.with_widened(|w| {
                     linalg::conv2d(
                         &mut data,
                         &xt.data,
@@ -648,14 +644,9 @@ fn run_step(fr: &mut Frame, step: &Step) -> Result<Vec<Tensor>, String> {
                 }
             };
             match (half, fr.get(*weight)) {
-                (Some(w16), _) if rows == 1 => match acc {
-                    Accumulation::F32 => linalg::matvec_f16(&mut data, &w16.data, &xt.data)?,
-                    Accumulation::Fp16Blocks => {
-                        fp16acc::matvec_f16(&mut data, &w16.data, &xt.data)?
-                    }
-                },
+                (Some(w16), _) if rows == 1 => w16.matvec(&mut data, &xt.data, acc)?,
                 (_, Ok(wt)) => gemm(&mut data, &wt.data)?,
-                (Some(w16), Err(_)) => linalg::with_widened(&w16.data, |w| gemm(&mut data, w))?,
+                (Some(w16), Err(_)) => w16.with_widened(|w| gemm(&mut data, w))?,
                 (None, Err(e)) => return Err(e),
             }
             if let Some(b) = bias {

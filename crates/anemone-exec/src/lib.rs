@@ -29,7 +29,11 @@
 //!   them through an fp16×f32 dot ([`kernels::linalg::matvec_f16`]), wider steps widen them
 //!   panel by panel into reused per-thread f32 buffers and run `gemm` per panel
 //!   ([`kernels::gemm_f16`]), so results are bit for bit those of one `gemm` call on an f32 copy
-//!   of the weights. Other constants are held as f32;
+//!   of the weights. The same holds for fp16 `constexpr_blockwise_shift_scale` (integer data)
+//!   and `constexpr_lut_to_dense` projection weights, kept compressed: rows are formed as the
+//!   fp16 values [`decompress`] would produce (`packed.rs`), on CPUs with AVX-512 by fused
+//!   kernels ([`kernels::quant`]) that form them in registers and sum in the order of the fp16
+//!   dot; wide steps expand them into a reused f32 buffer. Other constants are held as f32;
 //! - a prefill window's per-head attention runs over the filled KV slots only when the skipped
 //!   ones provably contribute exact zeros ([`kernels::attention`]): the same values as over all.
 //!
@@ -55,6 +59,7 @@ mod error;
 mod interp;
 pub mod kernels;
 mod package;
+mod packed;
 mod plan;
 pub mod team;
 

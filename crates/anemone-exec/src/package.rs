@@ -11,6 +11,7 @@ use half::f16;
 
 use crate::decompress::{blockwise_shift_scale, const_tensor, lut_to_dense};
 use crate::error::{ExecError, Result};
+use crate::packed::HalfWeight;
 
 /// One named value of a function signature.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -70,17 +71,13 @@ pub(crate) struct PreparedFunction {
     pub value_names: Vec<String>,
     /// Constants held as f32 (every constant except the fp16 projection weights below).
     pub constants: Vec<(Var, Arc<Tensor>)>,
-    /// fp16 projection weights (1×1 conv, linear), kept fp16 and only fp16: single-token steps
-    /// read them directly ([`crate::kernels::linalg::matvec_f16`]), wider steps widen them
-    /// exactly into a reused f32 buffer. Either way the sums equal those over the f32 values.
+    /// fp16 projection weights (1×1 conv, linear), kept fp16 (the package's own bytes) or as
+    /// their fp16 constexpr's compressed payload ([`crate::packed`]) and only so: single-token
+    /// steps read them directly ([`crate::kernels::linalg::matvec_f16`], the fused kernels of
+    /// [`crate::kernels::quant`]), wider steps expand them exactly into a reused f32 buffer.
+    /// Either way the sums equal those over the expanded f32 values.
     pub half_weights: HashMap<Var, Arc<HalfWeight>>,
     pub steps: Vec<Step>,
-}
-
-/// An fp16 weight stored as fp16 (its values, widened, are exactly the f32 constant's).
-pub(crate) struct HalfWeight {
-    pub shape: Vec<usize>,
-    pub data: Vec<f16>,
 }
 
 /// A package loaded from disk and prepared for execution in one precision.
@@ -126,9 +123,56 @@ impl State {
 /// Cache key of a decoded constant: identical payloads decode once per package.
 #[derive(PartialEq, Eq, Hash)]
 enum ConstKey {
-    Plain(TensorData),
-    ShiftScale(TensorData, TensorData, Option<TensorData>),
-    Lut(TensorData, TensorData),
+    Plain(Payload),
+    ShiftScale(Payload, Payload, Option<Payload>),
+    Lut(Payload, Payload),
+}
+
+/// A constant's payload as a cache key: small payloads by value, large ones (weights) by
+/// identity — the reader shares one buffer between all uses of a blob record (every function
+/// of a package), and hashing or comparing megabytes of weights per use made a load slower.
+struct Payload(TensorData);
+
+/// Payloads up to this many bytes are keyed by value.
+const BY_VALUE: usize = 4096;
+
+impl Payload {
+    fn by_value(&self) -> bool {
+        self.0.bytes().len() <= BY_VALUE
+    }
+}
+
+impl PartialEq for Payload {
+    fn eq(&self, other: &Self) -> bool {
+        if self.by_value() || other.by_value() {
+            return self.0 == other.0;
+        }
+        self.0.tensor_type() == other.0.tensor_type()
+            && Arc::ptr_eq(self.0.shared_bytes(), other.0.shared_bytes())
+    }
+}
+
+impl Eq for Payload {}
+
+impl std::hash::Hash for Payload {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        if self.by_value() {
+            self.0.hash(state);
+        } else {
+            self.0.tensor_type().hash(state);
+            (Arc::as_ptr(self.0.shared_bytes()) as *const u8 as usize).hash(state);
+        }
+    }
+}
+
+/// Constants decoded so far while loading a package (shared between its functions).
+#[derive(Default)]
+struct Caches {
+    consts: HashMap<ConstKey, Arc<Tensor>>,
+    /// fp16 copies of decoded f32 constants, by constant.
+    halves: HashMap<*const Tensor, Arc<HalfWeight>>,
+    /// Projection weights held as stored (never decoded to f32).
+    packed: HashMap<ConstKey, Option<Arc<HalfWeight>>>,
 }
 
 impl LoadedPackage {
@@ -138,19 +182,22 @@ impl LoadedPackage {
             path: path.to_path_buf(),
             source,
         })?;
-        let mut cache: HashMap<ConstKey, Arc<Tensor>> = HashMap::new();
-        let mut halves: HashMap<*const Tensor, Arc<HalfWeight>> = HashMap::new();
+        let mut caches = Caches::default();
         let functions = program
             .functions()
             .iter()
-            .map(|f| prepare(path, f, &mut cache, &mut halves))
+            .map(|f| prepare(path, f, &mut caches))
             .collect::<Result<Vec<_>>>()?;
+        let default_function = program.default_function_name().to_string();
+        drop(caches);
+        drop(program);
+        release_freed_memory();
         Ok(LoadedPackage {
             path: path.to_path_buf(),
             precision,
             accumulation: crate::kernels::Accumulation::F32,
             functions,
-            default_function: program.default_function_name().to_string(),
+            default_function,
         })
     }
 
@@ -228,27 +275,75 @@ impl LoadedPackage {
     }
 }
 
-fn decode_constant(
-    op: &Op,
-    cache: &mut HashMap<ConstKey, Arc<Tensor>>,
-) -> Result<Arc<Tensor>, String> {
-    let key = match op {
-        Op::Const { value } => ConstKey::Plain(value.clone()),
+/// Hands the pages a load freed (the package file read whole, payload copies the program held)
+/// back to the OS: glibc keeps freed heap memory mapped, and a bundle of many packages loaded
+/// one after the other otherwise keeps tens of MiB of it resident while generating.
+fn release_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        extern "C" {
+            fn malloc_trim(pad: usize) -> std::ffi::c_int;
+        }
+        // SAFETY: glibc's malloc_trim only returns free heap pages to the OS (madvise); it is
+        // thread-safe and callable at any time.
+        unsafe {
+            malloc_trim(0);
+        }
+    }
+}
+
+fn const_key(op: &Op) -> Option<ConstKey> {
+    let p = |t: &TensorData| Payload(t.clone());
+    Some(match op {
+        Op::Const { value } => ConstKey::Plain(p(value)),
         Op::ConstexprBlockwiseShiftScale {
             data,
             scale,
             offset,
-        } => ConstKey::ShiftScale(data.clone(), scale.clone(), offset.clone()),
-        Op::ConstexprLutToDense { indices, lut } => ConstKey::Lut(indices.clone(), lut.clone()),
-        other => return Err(format!("`{}` is not a constant op", other.mil_type())),
+        } => ConstKey::ShiftScale(p(data), p(scale), offset.as_ref().map(p)),
+        Op::ConstexprLutToDense { indices, lut } => ConstKey::Lut(p(indices), p(lut)),
+        _ => return None,
+    })
+}
+
+/// A projection weight kept as stored (fp16 values or an fp16 constexpr's compressed payload),
+/// or `None` when the constant is not one.
+fn packed_weight(
+    op: &Op,
+    cache: &mut HashMap<ConstKey, Option<Arc<HalfWeight>>>,
+) -> Option<Arc<HalfWeight>> {
+    let key = const_key(op)?;
+    cache
+        .entry(key)
+        .or_insert_with_key(|key| {
+            match key {
+                ConstKey::Plain(v) => HalfWeight::half(&v.0),
+                ConstKey::ShiftScale(d, s, o) => {
+                    HalfWeight::shift_scale(&d.0, &s.0, o.as_ref().map(|o| &o.0))
+                }
+                ConstKey::Lut(i, l) => HalfWeight::lut(&i.0, &l.0),
+            }
+            .map(Arc::new)
+        })
+        .clone()
+}
+
+fn decode_constant(
+    op: &Op,
+    cache: &mut HashMap<ConstKey, Arc<Tensor>>,
+) -> Result<Arc<Tensor>, String> {
+    let Some(key) = const_key(op) else {
+        return Err(format!("`{}` is not a constant op", op.mil_type()));
     };
     if let Some(t) = cache.get(&key) {
         return Ok(t.clone());
     }
     let t = Arc::new(match &key {
-        ConstKey::Plain(v) => const_tensor(v)?,
-        ConstKey::ShiftScale(d, s, o) => blockwise_shift_scale(d, s, o.as_ref())?,
-        ConstKey::Lut(i, l) => lut_to_dense(i, l)?,
+        ConstKey::Plain(v) => const_tensor(&v.0)?,
+        ConstKey::ShiftScale(d, s, o) => {
+            blockwise_shift_scale(&d.0, &s.0, o.as_ref().map(|o| &o.0))?
+        }
+        ConstKey::Lut(i, l) => lut_to_dense(&i.0, &l.0)?,
     });
     cache.insert(key, t.clone());
     Ok(t)
@@ -263,26 +358,13 @@ fn ports(f: &Function, vars: &[Var]) -> Vec<Port> {
         .collect()
 }
 
-fn prepare(
-    path: &Path,
-    f: &Function,
-    cache: &mut HashMap<ConstKey, Arc<Tensor>>,
-    halves: &mut HashMap<*const Tensor, Arc<HalfWeight>>,
-) -> Result<PreparedFunction> {
+fn prepare(path: &Path, f: &Function, caches: &mut Caches) -> Result<PreparedFunction> {
     let mut constants = Vec::new();
     let mut steps = Vec::new();
+    let mut const_ops = Vec::new();
     for operation in f.operations() {
         if operation.op.is_constant() {
-            let t = decode_constant(&operation.op, cache).map_err(|detail| ExecError::Prepare {
-                path: path.to_path_buf(),
-                function: f.name().to_string(),
-                op: operation.name.clone(),
-                op_type: operation.op.mil_type(),
-                detail,
-            })?;
-            for &v in &operation.outputs {
-                constants.push((v, t.clone()));
-            }
+            const_ops.push(operation);
             continue;
         }
         steps.push(Step {
@@ -299,9 +381,39 @@ fn prepare(
             fused: Fused::No,
         });
     }
+    let projection_only = projection_only(f, &steps);
+    let mut half_weights = HashMap::new();
+    for operation in const_ops {
+        if let [v] = operation.outputs[..] {
+            if projection_only[v.index()] {
+                if let Some(h) = packed_weight(&operation.op, &mut caches.packed) {
+                    half_weights.insert(v, h);
+                    continue;
+                }
+            }
+        }
+        {
+            let t = decode_constant(&operation.op, &mut caches.consts).map_err(|detail| {
+                ExecError::Prepare {
+                    path: path.to_path_buf(),
+                    function: f.name().to_string(),
+                    op: operation.name.clone(),
+                    op_type: operation.op.mil_type(),
+                    detail,
+                }
+            })?;
+            for &v in &operation.outputs {
+                constants.push((v, t.clone()));
+            }
+        }
+    }
     crate::plan::plan_lifetimes(f, &mut steps);
     crate::plan::fuse_state_updates(f, &mut steps);
-    let half_weights = half_weights(f, &steps, &mut constants, halves);
+    half_weights.extend(self_half_weights(
+        &projection_only,
+        &mut constants,
+        &mut caches.halves,
+    ));
     let input_vars: Vec<Var> = f.tensor_inputs().collect();
     let state_vars: Vec<Var> = f.state_inputs().collect();
     let output_vars = f.outputs().to_vec();
@@ -322,15 +434,9 @@ fn prepare(
     })
 }
 
-/// Gives the fp16 weights that only 1×1 convs (one group) and linears read an fp16 copy (shared
-/// between functions through `halves`) and drops their f32 constant when the copy holds exactly
-/// its values (always, for weights stored as fp16).
-fn half_weights(
-    f: &Function,
-    steps: &[Step],
-    constants: &mut Vec<(Var, Arc<Tensor>)>,
-    halves: &mut HashMap<*const Tensor, Arc<HalfWeight>>,
-) -> HashMap<Var, Arc<HalfWeight>> {
+/// For every value of `f`: whether only 1×1 convs (one group) and linears read it (as their
+/// weight).
+fn projection_only(f: &Function, steps: &[Step]) -> Vec<bool> {
     let mut projection_uses = vec![0usize; f.values().len()];
     let mut all_uses = vec![0usize; f.values().len()];
     for s in steps {
@@ -348,19 +454,34 @@ fn half_weights(
     for v in f.outputs() {
         all_uses[v.index()] += 1;
     }
+    projection_uses
+        .iter()
+        .zip(&all_uses)
+        .map(|(&p, &a)| p > 0 && p == a)
+        .collect()
+}
+
+/// Gives the decoded fp16 constants that only projections read (fp16 constexprs of float data)
+/// an fp16 copy (shared between functions through `halves`) and drops their f32 constant when
+/// the copy holds exactly its values.
+fn self_half_weights(
+    projection_only: &[bool],
+    constants: &mut Vec<(Var, Arc<Tensor>)>,
+    halves: &mut HashMap<*const Tensor, Arc<HalfWeight>>,
+) -> HashMap<Var, Arc<HalfWeight>> {
     let mut out = HashMap::new();
     constants.retain(|(v, t)| {
-        let i = v.index();
         let pointwise =
             t.shape.len() == 2 || (t.shape.len() > 2 && t.shape[2..].iter().all(|&d| d == 1));
-        let only_projections = projection_uses[i] > 0 && projection_uses[i] == all_uses[i];
-        if !(t.dtype == DType::F16 && pointwise && only_projections) {
+        if !(t.dtype == DType::F16 && pointwise && projection_only[v.index()]) {
             return true;
         }
         let h = halves.entry(Arc::as_ptr(t)).or_insert_with(|| {
             Arc::new(HalfWeight {
                 shape: t.shape.clone(),
-                data: t.data.iter().map(|&x| f16::from_f32(x)).collect(),
+                data: crate::packed::WeightData::Half(crate::packed::Halves::Owned(
+                    t.data.iter().map(|&x| f16::from_f32(x)).collect(),
+                )),
             })
         });
         out.insert(*v, h.clone());

@@ -47,12 +47,13 @@ fn single<'b>(fr: &'b Frame, step: &Step) -> Option<Single<'b>> {
         _ => return None,
     };
     let xt = fr.get(x).ok()?;
+    // compressed weights run their own fused matvec step by step (`HalfWeight::matvec`)
     let (w, k) = match (fr.f.half_weights.get(&weight), &step.op) {
         (Some(w16), Op::Conv { .. }) if xt.shape.len() == 4 && xt.numel() == xt.shape[1] => {
-            (RowWeights::F16(&w16.data), xt.shape[1])
+            (RowWeights::F16(w16.as_f16()?), xt.shape[1])
         }
         (Some(w16), Op::Linear { .. }) if w16.shape.len() == 2 && xt.numel() == w16.shape[1] => {
-            (RowWeights::F16(&w16.data), w16.shape[1])
+            (RowWeights::F16(w16.as_f16()?), w16.shape[1])
         }
         (None, Op::Conv { .. }) if xt.shape.len() == 4 && xt.numel() == xt.shape[1] => {
             let k = xt.shape[1];

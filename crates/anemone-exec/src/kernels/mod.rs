@@ -7,6 +7,7 @@ pub mod fp16acc;
 pub mod gemm_f16;
 pub mod linalg;
 pub mod norm;
+pub mod quant;
 pub mod shape;
 pub mod simd;
 

@@ -1,0 +1,525 @@
+//! Projection weights (1×1 conv, linear) held as the package stores them: fp16 values, or the
+//! payload of an fp16 `constexpr_blockwise_shift_scale` (integer data + scales) or
+//! `constexpr_lut_to_dense` (indices + fp16 palettes). Each element is formed exactly as
+//! [`crate::decompress`] forms it, as an fp16 value, so a single-token matvec over a row formed
+//! on the fly sums the same fp16 values in the same order as over the expanded weight (the fused
+//! kernels of [`crate::kernels::quant`] where they apply, else a row at a time in portable code).
+
+use anemone_mil::{DType, TensorData};
+use half::f16;
+
+use anemone_backend::round_f16_in_place;
+
+use crate::decompress::check_blocks;
+use crate::kernels::{linalg, quant, simd, Accumulation};
+
+/// A projection weight `[O, I, 1…]` (or `[O, I]`), read as `O` rows of `I` values.
+pub(crate) struct HalfWeight {
+    pub shape: Vec<usize>,
+    pub data: WeightData,
+}
+
+pub(crate) enum WeightData {
+    /// Plain fp16 values.
+    Half(Halves),
+    /// `scale * (data - offset)` per block, fp16 scale, integer data.
+    ShiftScale {
+        data: TensorData,
+        /// The fp16 scales as stored (the package's own bytes).
+        scale: TensorData,
+        offset: Option<Vec<f32>>,
+        offset_promotes: bool,
+        blocks: Blocks,
+    },
+    /// `lut[block, index]`, fp16 palettes of `palette` entries.
+    Lut {
+        indices: TensorData,
+        table: Vec<f16>,
+        palette: usize,
+        blocks: Blocks,
+    },
+}
+
+/// fp16 values: the package's own bytes (read in place, no copy) or a copy.
+pub(crate) enum Halves {
+    Shared(TensorData),
+    Owned(Vec<f16>),
+}
+
+impl Halves {
+    /// The bytes of an fp16 tensor, in place when they are aligned for fp16 on a
+    /// little-endian machine (the package's bytes are), else copied.
+    pub fn of(value: &TensorData) -> Self {
+        let bytes = value.bytes();
+        // SAFETY: f16 is a plain 2-byte value type; every bit pattern is valid.
+        let (head, _, _) = unsafe { bytes.align_to::<f16>() };
+        if cfg!(target_endian = "little") && head.is_empty() && bytes.len().is_multiple_of(2) {
+            return Halves::Shared(value.clone());
+        }
+        Halves::Owned(
+            bytes
+                .chunks_exact(2)
+                .map(|c| f16::from_le_bytes([c[0], c[1]]))
+                .collect(),
+        )
+    }
+
+    pub fn as_slice(&self) -> &[f16] {
+        match self {
+            Halves::Owned(v) => v,
+            Halves::Shared(t) => {
+                // SAFETY: as in `of`, which checked alignment, length and byte order.
+                let (_, mid, _) = unsafe { t.bytes().align_to::<f16>() };
+                mid
+            }
+        }
+    }
+}
+
+/// Block of element `(row, col)`: `(row / rows_per) * col_blocks + col / cols_per` (the block
+/// counts of the trailing unit axes are 1).
+pub(crate) struct Blocks {
+    rows_per: usize,
+    cols_per: usize,
+    col_blocks: usize,
+}
+
+impl Blocks {
+    fn new(shape: &[usize], counts: &[usize]) -> Option<Self> {
+        check_blocks("blocks", shape, counts).ok()?;
+        if counts[2..].iter().any(|&c| c != 1) {
+            return None;
+        }
+        Some(Blocks {
+            rows_per: shape[0] / counts[0],
+            cols_per: shape[1] / counts[1],
+            col_blocks: counts[1],
+        })
+    }
+
+    /// Block of element `(row, 0)`; column `c` is `c / cols_per` blocks further.
+    #[inline]
+    fn row(&self, row: usize) -> usize {
+        row / self.rows_per * self.col_blocks
+    }
+}
+
+/// Integer elements `start..start + out.len()` of packed `data` (as
+/// [`TensorData::to_i32_vec`] reads them: little-endian bit order, int4 sign-extended).
+fn codes(bytes: &[u8], dtype: DType, start: usize, out: &mut [i32]) {
+    match dtype {
+        DType::I8 => {
+            let b = &bytes[start..start + out.len()];
+            out.iter_mut()
+                .zip(b)
+                .for_each(|(o, &v)| *o = v as i8 as i32);
+        }
+        DType::U8 => {
+            let b = &bytes[start..start + out.len()];
+            out.iter_mut().zip(b).for_each(|(o, &v)| *o = v as i32);
+        }
+        DType::U4 | DType::I4 => {
+            let signed = dtype == DType::I4;
+            for (n, o) in out.iter_mut().enumerate() {
+                let e = start + n;
+                let c = (bytes[e / 2] >> (4 * (e % 2))) & 15;
+                *o = if signed {
+                    ((c << 4) as i8 >> 4) as i32
+                } else {
+                    c as i32
+                };
+            }
+        }
+        _ => {
+            let bits = dtype.bits();
+            let mask = (1u32 << bits) - 1;
+            for (n, o) in out.iter_mut().enumerate() {
+                let bit = (start + n) * bits;
+                let lo = bytes[bit / 8] as u32;
+                let hi = if bit % 8 + bits > 8 {
+                    bytes[bit / 8 + 1] as u32
+                } else {
+                    0
+                };
+                *o = (((lo | (hi << 8)) >> (bit % 8)) & mask) as i32;
+            }
+        }
+    }
+}
+
+/// The fp16 scale `g` of stored scales, as f32.
+#[inline]
+fn scale_at(scale: &TensorData, g: usize) -> f32 {
+    let b = scale.bytes();
+    f16::from_le_bytes([b[2 * g], b[2 * g + 1]]).to_f32()
+}
+
+/// Per-task buffers of one row.
+pub(crate) struct Scratch {
+    codes: Vec<i32>,
+    values: Vec<f32>,
+}
+
+impl Scratch {
+    pub fn new(k: usize) -> Self {
+        Scratch {
+            codes: vec![0; k],
+            values: vec![0.0; k],
+        }
+    }
+}
+
+/// A pointwise projection weight shape: `[O, I]` or `[O, I, 1, …]`.
+fn pointwise(shape: &[usize]) -> bool {
+    shape.len() >= 2 && shape[2..].iter().all(|&d| d == 1)
+}
+
+impl HalfWeight {
+    /// An fp16 const, kept fp16.
+    pub fn half(value: &TensorData) -> Option<Self> {
+        if value.dtype() != DType::F16 || !pointwise(value.shape()) {
+            return None;
+        }
+        Some(HalfWeight {
+            shape: value.shape().to_vec(),
+            data: WeightData::Half(Halves::of(value)),
+        })
+    }
+
+    /// An fp16 `constexpr_blockwise_shift_scale` of integer data, kept compressed (`None`
+    /// when it is not one, or malformed: the expanding decoder reports that).
+    pub fn shift_scale(
+        data: &TensorData,
+        scale: &TensorData,
+        offset: Option<&TensorData>,
+    ) -> Option<Self> {
+        let integer = matches!(data.dtype(), DType::I4 | DType::U4 | DType::I8 | DType::U8);
+        if !integer || scale.dtype() != DType::F16 || !pointwise(data.shape()) {
+            return None;
+        }
+        if scale.shape().len() != data.shape().len() {
+            return None;
+        }
+        if let Some(o) = offset {
+            let valid = o.dtype().is_float() || o.dtype() == data.dtype();
+            if o.shape() != scale.shape() || !valid {
+                return None;
+            }
+        }
+        let blocks = Blocks::new(data.shape(), scale.shape())?;
+        Some(HalfWeight {
+            shape: data.shape().to_vec(),
+            data: WeightData::ShiftScale {
+                data: data.clone(),
+                scale: scale.clone(),
+                offset: offset.map(TensorData::to_f32_vec),
+                offset_promotes: offset.is_some_and(|o| o.dtype() == DType::F32),
+                blocks,
+            },
+        })
+    }
+
+    /// An fp16 `constexpr_lut_to_dense` (scalar palettes), kept compressed.
+    pub fn lut(indices: &TensorData, lut: &TensorData) -> Option<Self> {
+        let (ishape, lshape) = (indices.shape(), lut.shape());
+        let valid_idx = matches!(
+            indices.dtype(),
+            DType::U1 | DType::U2 | DType::U3 | DType::U4 | DType::U6 | DType::U8
+        );
+        if !valid_idx || lut.dtype() != DType::F16 || !pointwise(ishape) {
+            return None;
+        }
+        let r = ishape.len();
+        if lshape.len() != r + 2 || lshape[r] != 1 << indices.dtype().bits() || lshape[r + 1] != 1 {
+            return None;
+        }
+        let blocks = Blocks::new(ishape, &lshape[..r])?;
+        let table = lut
+            .bytes()
+            .chunks_exact(2)
+            .map(|c| f16::from_le_bytes([c[0], c[1]]))
+            .collect();
+        Some(HalfWeight {
+            shape: ishape.to_vec(),
+            data: WeightData::Lut {
+                indices: indices.clone(),
+                table,
+                palette: lshape[r],
+                blocks,
+            },
+        })
+    }
+
+    /// The weight's fp16 values when it is held as plain fp16 (not compressed).
+    pub fn as_f16(&self) -> Option<&[f16]> {
+        match &self.data {
+            WeightData::Half(w) => Some(w.as_slice()),
+            WeightData::ShiftScale { .. } | WeightData::Lut { .. } => None,
+        }
+    }
+
+    /// Rows × columns of the weight as a matrix.
+    pub fn rows_cols(&self) -> (usize, usize) {
+        (self.shape[0], self.shape[1])
+    }
+
+    /// Row `i` as fp16 values (exactly the expanded constant's).
+    pub fn row(&self, i: usize, scratch: &mut Scratch, out: &mut [f16]) {
+        use half::slice::HalfFloatSliceExt;
+        let k = out.len();
+        let base = i * k;
+        match &self.data {
+            WeightData::Half(v) => out.copy_from_slice(&v.as_slice()[base..base + k]),
+            WeightData::ShiftScale {
+                data,
+                scale,
+                offset,
+                offset_promotes,
+                blocks,
+            } => {
+                // shift_scale_element, a row at a time: integer data is exact in fp16, so
+                // `r16(v) = v`; with an fp16 scale the final fp16 cast absorbs the product's
+                // rounding (rounding to fp16 twice is rounding once)
+                let (c, vals) = (&mut scratch.codes[..k], &mut scratch.values[..k]);
+                let row_blocks = blocks.row(i);
+                let per = blocks.cols_per;
+                if matches!(data.dtype(), DType::I8 | DType::U8) {
+                    // 8-bit data straight from its bytes: `v - offset` (rounded unless fp32),
+                    // `· scale`, the fp16 cast; without an offset, `v · scale` in one pass
+                    let bytes = &data.bytes()[base..base + k];
+                    let signed = data.dtype() == DType::I8;
+                    let value = |b: u8| if signed { (b as i8) as f32 } else { b as f32 };
+                    for (cb, (v, b)) in vals.chunks_mut(per).zip(bytes.chunks(per)).enumerate() {
+                        let g = row_blocks + cb;
+                        match offset {
+                            Some(o) => v.iter_mut().zip(b).for_each(|(v, &b)| *v = value(b) - o[g]),
+                            None => v
+                                .iter_mut()
+                                .zip(b)
+                                .for_each(|(v, &b)| *v = value(b) * scale_at(scale, g)),
+                        }
+                    }
+                    if offset.is_some() {
+                        if !offset_promotes {
+                            round_f16_in_place(vals);
+                        }
+                        for (cb, v) in vals.chunks_mut(per).enumerate() {
+                            let sb = scale_at(scale, row_blocks + cb);
+                            v.iter_mut().for_each(|v| *v *= sb);
+                        }
+                    }
+                    out.convert_from_f32_slice(vals);
+                    return;
+                }
+                codes(data.bytes(), data.dtype(), base, c);
+                vals.iter_mut()
+                    .zip(c.iter())
+                    .for_each(|(v, &c)| *v = c as f32);
+                if let Some(o) = offset {
+                    for (cb, chunk) in vals.chunks_mut(blocks.cols_per).enumerate() {
+                        let ob = o[row_blocks + cb];
+                        chunk.iter_mut().for_each(|v| *v -= ob);
+                    }
+                    if !offset_promotes {
+                        round_f16_in_place(vals);
+                    }
+                }
+                for (cb, chunk) in vals.chunks_mut(blocks.cols_per).enumerate() {
+                    let sb = scale_at(scale, row_blocks + cb);
+                    chunk.iter_mut().for_each(|v| *v *= sb);
+                }
+                out.convert_from_f32_slice(vals);
+            }
+            WeightData::Lut {
+                indices,
+                table,
+                palette,
+                blocks,
+            } => {
+                let row_blocks = blocks.row(i);
+                let per = blocks.cols_per;
+                if indices.dtype() == DType::U4 && base.is_multiple_of(2) && per.is_multiple_of(2) {
+                    // two indices a byte, low nibble first
+                    let bytes = &indices.bytes()[base / 2..(base + k) / 2];
+                    for (cb, (o, b)) in out.chunks_mut(per).zip(bytes.chunks(per / 2)).enumerate() {
+                        let g = row_blocks + cb;
+                        let Ok(t) = <&[f16; 16]>::try_from(&table[g * 16..(g + 1) * 16]) else {
+                            continue;
+                        };
+                        for (o, &b) in o.chunks_exact_mut(2).zip(b) {
+                            o[0] = t[(b & 15) as usize];
+                            o[1] = t[(b >> 4) as usize];
+                        }
+                    }
+                    return;
+                }
+                let c = &mut scratch.codes[..k];
+                codes(indices.bytes(), indices.dtype(), base, c);
+                for (cb, (o, c)) in out.chunks_mut(per).zip(c.chunks(per)).enumerate() {
+                    let t = &table[(row_blocks + cb) * palette..(row_blocks + cb + 1) * palette];
+                    o.iter_mut().zip(c).for_each(|(o, &c)| *o = t[c as usize]);
+                }
+            }
+        }
+    }
+
+    /// Row `i` as the fused kernels read it, when the weight is one they take: 8-bit data or
+    /// 4-bit data / palette indices, blocks of whole rows or of column runs.
+    fn fused_row(&self, i: usize) -> Option<quant::Row<'_>> {
+        let k = self.shape[1];
+        let base = i * k;
+        match &self.data {
+            WeightData::Half(_) => None,
+            WeightData::ShiftScale {
+                data,
+                scale,
+                offset,
+                offset_promotes,
+                blocks,
+            } => {
+                let g = blocks.row(i);
+                let nb = blocks.col_blocks;
+                let how = quant::ShiftScale {
+                    signed: matches!(data.dtype(), DType::I8 | DType::I4),
+                    scales: scale.bytes().get(2 * g..2 * (g + nb))?,
+                    offsets: match offset {
+                        Some(o) => Some(o.get(g..g + nb)?),
+                        None => None,
+                    },
+                    round_shift: !offset_promotes,
+                };
+                let per = blocks.cols_per;
+                match data.dtype() {
+                    DType::I8 | DType::U8 => Some(quant::Row::Bytes {
+                        codes: data.bytes().get(base..base + k)?,
+                        how,
+                        per,
+                    }),
+                    DType::I4 | DType::U4 if base.is_multiple_of(2) && k.is_multiple_of(2) => {
+                        Some(quant::Row::Nibbles {
+                            codes: data.bytes().get(base / 2..(base + k) / 2)?,
+                            tables: quant::Tables::ShiftScale(how),
+                            per,
+                        })
+                    }
+                    _ => None,
+                }
+            }
+            WeightData::Lut {
+                indices,
+                table,
+                palette,
+                blocks,
+            } => {
+                if indices.dtype() != DType::U4
+                    || *palette != 16
+                    || !base.is_multiple_of(2)
+                    || !k.is_multiple_of(2)
+                {
+                    return None;
+                }
+                let g = blocks.row(i);
+                Some(quant::Row::Nibbles {
+                    codes: indices.bytes().get(base / 2..(base + k) / 2)?,
+                    tables: quant::Tables::Palettes(
+                        table.get(16 * g..16 * (g + blocks.col_blocks))?,
+                    ),
+                    per: blocks.cols_per,
+                })
+            }
+        }
+    }
+
+    /// Whether the fused kernels take every row of this weight (its rows share one layout).
+    fn fused(&self) -> bool {
+        self.shape[0] > 0 && self.fused_row(0).is_some_and(|r| quant::covers(&r))
+    }
+
+    /// `dst = W · x` (one token): fp16 weights read directly, compressed ones through the fused
+    /// kernels ([`quant`]) or row by row; all sum the same fp16 values in the same order.
+    pub fn matvec(&self, dst: &mut [f32], x: &[f32], acc: Accumulation) -> Result<(), String> {
+        let (rows, k) = self.rows_cols();
+        if dst.len() != rows || x.len() != k {
+            return Err(format!(
+                "matvec: weight {:?} for {} outputs of a {}-vector",
+                self.shape,
+                dst.len(),
+                x.len()
+            ));
+        }
+        match (&self.data, acc) {
+            (WeightData::Half(w), Accumulation::F32) => linalg::matvec_f16(dst, w.as_slice(), x),
+            (WeightData::Half(w), Accumulation::Fp16Blocks) => {
+                crate::kernels::fp16acc::matvec_f16(dst, w.as_slice(), x)
+            }
+            (WeightData::ShiftScale { .. } | WeightData::Lut { .. }, Accumulation::F32)
+                if quant::matvec(dst, x, |i| self.fused_row(i)) =>
+            {
+                Ok(())
+            }
+            (WeightData::ShiftScale { .. } | WeightData::Lut { .. }, _) => {
+                let dot: fn(&[f16], &[f32]) -> f32 = match acc {
+                    Accumulation::F32 => simd::dot_f16_kernel(),
+                    Accumulation::Fp16Blocks => crate::kernels::fp16acc::dot_f16,
+                };
+                quant::matvec_by_rows(dst, k, |i| {
+                    ROW.with(|cell| {
+                        let mut cell = cell.borrow_mut();
+                        let (scratch, buf) = &mut *cell;
+                        if buf.len() != k {
+                            *scratch = Scratch::new(k);
+                            buf.resize(k, f16::ZERO);
+                        }
+                        self.row(i, scratch, buf);
+                        dot(buf, x)
+                    })
+                });
+                Ok(())
+            }
+        }
+    }
+
+    /// Runs `f` on the weight's values as f32 in a per-thread buffer (wide steps).
+    pub fn with_widened<R>(&self, f: impl FnOnce(&[f32]) -> R) -> R {
+        use half::slice::HalfFloatSliceExt;
+        match &self.data {
+            WeightData::Half(w) => linalg::with_widened(w.as_slice(), f),
+            WeightData::ShiftScale { .. } | WeightData::Lut { .. } => {
+                let (rows, k) = self.rows_cols();
+                let fused = self.fused();
+                let fill = |buf: &mut [f32]| {
+                    quant::fill_by_rows(buf, k, |i, out| {
+                        if fused {
+                            if let Some(r) = self.fused_row(i) {
+                                if quant::expand(&r, out) {
+                                    return;
+                                }
+                            }
+                        }
+                        ROW.with(|cell| {
+                            let mut cell = cell.borrow_mut();
+                            let (scratch, buf) = &mut *cell;
+                            if buf.len() != k {
+                                *scratch = Scratch::new(k);
+                                buf.resize(k, f16::ZERO);
+                            }
+                            self.row(i, scratch, buf);
+                            buf.convert_to_f32_slice(out);
+                        })
+                    })
+                };
+                quant::with_filled(rows * k, fill, f)
+            }
+        }
+    }
+}
+
+std::thread_local! {
+    /// Per-thread buffers of the row-forming path (codes, values, one fp16 row).
+    static ROW: std::cell::RefCell<(Scratch, Vec<f16>)> =
+        std::cell::RefCell::new((Scratch::new(0), Vec::new()));
+}
+
+#[cfg(test)]
+#[path = "packed_tests.rs"]
+mod tests;

@@ -1,0 +1,226 @@
+//! The compressed matvec against decompress-then-fp16-matvec, bit for bit.
+
+use super::*;
+use crate::decompress::{blockwise_shift_scale, lut_to_dense};
+use crate::kernels::fp16acc;
+
+/// Deterministic pseudo-random values (xorshift).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn int(&mut self, lo: i32, hi: i32) -> i32 {
+        lo + (self.next() % (hi - lo + 1) as u64) as i32
+    }
+    fn float(&mut self, scale: f32) -> f32 {
+        (self.next() % 2_000_001) as f32 / 1_000_000.0 * scale - scale
+    }
+    fn floats(&mut self, n: usize, scale: f32) -> Vec<f32> {
+        (0..n).map(|_| self.float(scale)).collect()
+    }
+}
+
+/// Every matvec of `packed` equals the fp16 matvec of `expanded` (same accumulation), and its
+/// wide expansion equals `expanded`.
+fn assert_same(packed: &HalfWeight, expanded: &crate::Tensor, rng: &mut Rng) {
+    assert_eq!(expanded.dtype, DType::F16);
+    let (rows, k) = packed.rows_cols();
+    let w16: Vec<f16> = expanded.data.iter().map(|&v| f16::from_f32(v)).collect();
+    let x = rng.floats(k, 3.0);
+    for acc in [Accumulation::F32, Accumulation::Fp16Blocks] {
+        let mut want = vec![0.0; rows];
+        match acc {
+            Accumulation::F32 => linalg::matvec_f16(&mut want, &w16, &x).unwrap(),
+            Accumulation::Fp16Blocks => fp16acc::matvec_f16(&mut want, &w16, &x).unwrap(),
+        }
+        let mut got = vec![0.0; rows];
+        packed.matvec(&mut got, &x, acc).unwrap();
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&got), bits(&want), "{acc:?}");
+    }
+    packed.with_widened(|w| assert_eq!(w, expanded.data.as_slice()));
+}
+
+/// On a CPU with the fused kernels, 8-bit and 4-bit weights whose rows are a multiple of 32 and
+/// blocks a multiple of 16 columns take them (so the comparisons above test them).
+fn assert_fused_where_covered(w: &HalfWeight) {
+    if !quant::available() {
+        return;
+    }
+    let (per, k) = match &w.data {
+        WeightData::Half(_) => return,
+        WeightData::ShiftScale { data, blocks, .. } => {
+            if data.dtype().bits() % 4 != 0 {
+                return;
+            }
+            (blocks.cols_per, w.shape[1])
+        }
+        WeightData::Lut {
+            indices, blocks, ..
+        } => {
+            if indices.dtype() != DType::U4 {
+                return;
+            }
+            (blocks.cols_per, w.shape[1])
+        }
+    };
+    assert_eq!(w.fused(), k % 32 == 0 && per % 16 == 0, "{:?}", w.shape);
+}
+
+fn ints(rng: &mut Rng, dtype: DType, shape: Vec<usize>) -> TensorData {
+    let (lo, hi) = match dtype {
+        DType::I8 => (-128, 127),
+        DType::U8 => (0, 255),
+        DType::I4 => (-8, 7),
+        other => (0, (1 << other.bits()) - 1),
+    };
+    let n = shape.iter().product();
+    let v: Vec<i32> = (0..n).map(|_| rng.int(lo, hi)).collect();
+    TensorData::pack_ints(dtype, shape, &v).unwrap()
+}
+
+#[test]
+fn shift_scale_matvec_is_the_expanded_fp16_matvec() {
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    // (data dtype, weight shape, scale shape, offset: none / same dtype / fp16 / fp32);
+    // 320×1024 reaches the parallel path
+    type Case = (DType, Vec<usize>, Vec<usize>, Option<DType>);
+    let cases: [Case; 10] = [
+        (DType::I8, vec![320, 1024, 1, 1], vec![320, 1, 1, 1], None),
+        (DType::I8, vec![96, 64], vec![96, 4], Some(DType::I8)),
+        (
+            DType::I8,
+            vec![64, 96, 1, 1],
+            vec![64, 3, 1, 1],
+            Some(DType::F16),
+        ),
+        (
+            DType::U8,
+            vec![64, 96, 1, 1],
+            vec![8, 3, 1, 1],
+            Some(DType::F32),
+        ),
+        (DType::I4, vec![64, 128, 1, 1], vec![64, 4, 1, 1], None),
+        (DType::U4, vec![48, 64], vec![48, 2], Some(DType::F16)),
+        (
+            DType::U4,
+            vec![32, 40, 1, 1],
+            vec![1, 1, 1, 1],
+            Some(DType::U4),
+        ),
+        (DType::I4, vec![40, 96], vec![20, 6], Some(DType::I4)),
+        (
+            DType::I4,
+            vec![24, 64, 1, 1],
+            vec![24, 2, 1, 1],
+            Some(DType::F32),
+        ),
+        (DType::U8, vec![24, 64], vec![24, 2], Some(DType::U8)),
+    ];
+    for (dtype, shape, sshape, odt) in cases {
+        let data = ints(&mut rng, dtype, shape.clone());
+        let ns: usize = sshape.iter().product();
+        // scales of very different magnitudes, so products round (and overflow) in fp16
+        let svals: Vec<f32> = (0..ns)
+            .map(|i| rng.float(1e-3 * 10f32.powi(i as i32 % 8)))
+            .collect();
+        let scale = TensorData::f16_from_f32(sshape.clone(), &svals).unwrap();
+        let offset = odt.map(|o| match o {
+            DType::F16 => TensorData::f16_from_f32(sshape.clone(), &rng.floats(ns, 4.0)).unwrap(),
+            DType::F32 => TensorData::from_f32(sshape.clone(), &rng.floats(ns, 4.0)).unwrap(),
+            int => ints(&mut rng, int, sshape.clone()),
+        });
+        let expanded = blockwise_shift_scale(&data, &scale, offset.as_ref()).unwrap();
+        let packed = HalfWeight::shift_scale(&data, &scale, offset.as_ref())
+            .unwrap_or_else(|| panic!("{dtype} {shape:?} not kept compressed"));
+        assert_fused_where_covered(&packed);
+        assert_same(&packed, &expanded, &mut rng);
+    }
+}
+
+#[test]
+fn lut_matvec_is_the_expanded_fp16_matvec() {
+    let mut rng = Rng(0xD1B5_4A32_D192_ED03);
+    // (index dtype, weight shape, palette-group shape)
+    let cases: [(DType, Vec<usize>, Vec<usize>); 7] = [
+        (DType::U4, vec![320, 1024, 1, 1], vec![1, 1, 1, 1]),
+        (DType::U4, vec![64, 96], vec![8, 1]),
+        (DType::U4, vec![64, 96, 1, 1], vec![4, 3, 1, 1]),
+        (DType::U4, vec![16, 64], vec![16, 4]),
+        (DType::U2, vec![40, 64, 1, 1], vec![5, 2, 1, 1]),
+        (DType::U3, vec![24, 40], vec![1, 1]),
+        (DType::U8, vec![16, 32, 1, 1], vec![16, 1, 1, 1]),
+    ];
+    for (dtype, shape, gshape) in cases {
+        let indices = ints(&mut rng, dtype, shape.clone());
+        let palette = 1usize << dtype.bits();
+        let mut lshape = gshape.clone();
+        lshape.extend([palette, 1]);
+        let n: usize = lshape.iter().product();
+        let lut = TensorData::f16_from_f32(lshape, &rng.floats(n, 2.0)).unwrap();
+        let expanded = lut_to_dense(&indices, &lut).unwrap();
+        let packed = HalfWeight::lut(&indices, &lut)
+            .unwrap_or_else(|| panic!("{dtype} {shape:?} not kept compressed"));
+        assert_fused_where_covered(&packed);
+        assert_same(&packed, &expanded, &mut rng);
+    }
+}
+
+#[test]
+fn non_projection_payloads_are_not_kept_compressed() {
+    let mut rng = Rng(7);
+    let data = ints(&mut rng, DType::I8, vec![8, 8, 3, 3]);
+    let scale = TensorData::f16_from_f32(vec![8, 1, 1, 1], &[0.5; 8]).unwrap();
+    assert!(
+        HalfWeight::shift_scale(&data, &scale, None).is_none(),
+        "3×3 kernel"
+    );
+    let data = ints(&mut rng, DType::I8, vec![8, 8]);
+    let scale32 = TensorData::from_f32(vec![8, 1], &[0.5; 8]).unwrap();
+    assert!(
+        HalfWeight::shift_scale(&data, &scale32, None).is_none(),
+        "fp32 result"
+    );
+}
+
+#[test]
+fn fused_rows_round_like_decompress_at_the_extremes() {
+    // scales whose products are fp16 subnormals, ties, and overflow to ±inf; each row's dot
+    // and expansion are compared with the row-forming path bit for bit
+    let mut rng = Rng(0x5DEE_CE66_D1CE_4E5B);
+    let svals = [6.0e-8, 1.0e-5, 3.1e-5, 0.5, 0.333, 600.0, 4000.0, 65504.0];
+    for dtype in [DType::I8, DType::U8, DType::I4, DType::U4] {
+        let shape = vec![8, 64];
+        let data = ints(&mut rng, dtype, shape.clone());
+        let scale = TensorData::f16_from_f32(vec![8, 2], &[svals, svals].concat()).unwrap();
+        for offset in [
+            None,
+            Some(TensorData::f16_from_f32(vec![8, 2], &rng.floats(16, 3.0)).unwrap()),
+            Some(TensorData::from_f32(vec![8, 2], &rng.floats(16, 3.0)).unwrap()),
+        ] {
+            let expanded = blockwise_shift_scale(&data, &scale, offset.as_ref()).unwrap();
+            let packed = HalfWeight::shift_scale(&data, &scale, offset.as_ref()).unwrap();
+            assert_fused_where_covered(&packed);
+            assert_same(&packed, &expanded, &mut rng);
+        }
+    }
+}
+
+#[test]
+fn fp16_weights_are_read_in_place() {
+    let v: Vec<f32> = (0..64).map(|i| i as f32 / 8.0).collect();
+    let t = TensorData::f16_from_f32(vec![8, 8], &v).unwrap();
+    let w = HalfWeight::half(&t).unwrap();
+    let WeightData::Half(h) = &w.data else {
+        panic!("not fp16")
+    };
+    assert!(matches!(h, Halves::Shared(_)), "copied");
+    assert_eq!(h.as_slice().as_ptr() as *const u8, t.bytes().as_ptr());
+    let back: Vec<f32> = h.as_slice().iter().map(|x| x.to_f32()).collect();
+    assert_eq!(back, v);
+}
