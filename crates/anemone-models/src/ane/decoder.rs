@@ -41,6 +41,7 @@ use super::io::rope_tables;
 use super::kv::{KvLayout, LayerGroup};
 use super::norm::rms_norm;
 use super::options::{ChunkOptions, StateLayout};
+use super::rope::RopeTables;
 use super::signature::{FunctionSignature, TensorSignature};
 use super::weights::{dense, LayerWeights};
 use super::AneError;
@@ -353,7 +354,7 @@ pub fn build_chunk_function(
             })
     };
     let half = config.head_dim / 2;
-    let rope = Rope {
+    let rope = RopeTables {
         cos: input(names::COS)?,
         sin: input(names::SIN)?,
         half,
@@ -367,7 +368,7 @@ pub fn build_chunk_function(
     };
     // Gemma's sliding layers: the local RoPE tables, their mask and (with a ring) write slot
     let local_rope = match config.gemma {
-        Some(_) => Some(Rope {
+        Some(_) => Some(RopeTables {
             cos: input(names::COS_LOCAL)?,
             sin: input(names::SIN_LOCAL)?,
             half,
@@ -422,33 +423,12 @@ pub fn build_chunk_function(
 /// Per-function values every layer uses.
 #[derive(Clone, Copy)]
 struct LayerIo<'a> {
-    rope: &'a Rope,
+    rope: &'a RopeTables,
     mask: Var,
     position: Var,
     /// Slots of the layer's state (the mask's last dim).
     slots: usize,
     t: usize,
-}
-
-/// The host-provided RoPE tables, viewed for `[heads, 1, D, T]` values.
-struct Rope {
-    cos: Var,
-    sin: Var,
-    half: usize,
-}
-
-impl Rope {
-    /// `x·cos + rotate_half(x)·sin` with `rotate_half(x) = concat(−x[D/2:], x[:D/2])` along axis 2.
-    fn apply(&self, f: &mut FunctionBuilder, prefix: &str, x: Var) -> Result<Var, AneError> {
-        let dtype = f.tensor_type(x)?.dtype;
-        let halves = f.split(&format!("{prefix}_halves"), x, &[self.half, self.half], 2)?;
-        let minus_one = f.scalar(&format!("{prefix}_minus_one"), dtype, -1.0)?;
-        let neg_hi = f.mul(&format!("{prefix}_neg_hi"), halves[1], minus_one)?;
-        let rotated = f.concat(&format!("{prefix}_rot_half"), &[neg_hi, halves[0]], 2)?;
-        let a = f.mul(&format!("{prefix}_cos"), x, self.cos)?;
-        let b = f.mul(&format!("{prefix}_sin"), rotated, self.sin)?;
-        Ok(f.add(prefix, a, b)?)
-    }
 }
 
 #[allow(clippy::too_many_arguments)]

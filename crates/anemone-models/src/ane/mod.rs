@@ -12,6 +12,7 @@ pub mod lm_head;
 pub mod norm;
 pub mod options;
 pub mod plan;
+pub mod rope;
 pub mod signature;
 pub mod weights;
 

@@ -30,6 +30,7 @@ use anemone_mil::{DType, FunctionBuilder, GeluMode, Program, SpecVersion, Tensor
 use super::reference::{EncoderWeights, Head, Linear, Norm};
 use super::{AttentionSpan, EncoderConfig, HeadPooling};
 use crate::ane::norm::rms_norm;
+use crate::ane::rope::RopeTables;
 use crate::ane::weights::dense;
 use crate::ane::{
     AneError, FunctionSignature, NormForm, Precision, PreparedWeight, TensorSignature,
@@ -443,64 +444,43 @@ fn build_bucket_function(
 }
 
 /// A RoPE table pair as graph constants `[1, 1, D, T]`.
-struct RopeTable {
-    cos: Var,
-    sin: Var,
-    half: usize,
-}
-
-impl RopeTable {
-    fn new(
-        f: &mut FunctionBuilder,
-        name: &str,
-        head_dim: usize,
-        theta: f64,
-        precision: Precision,
-        t: usize,
-    ) -> Result<Self, AneError> {
-        let rope = crate::reference::rope::Rope::plain(head_dim, theta);
-        let half = head_dim / 2;
-        let mut cos = vec![0f32; head_dim * t];
-        let mut sin = vec![0f32; head_dim * t];
-        for p in 0..t {
-            let (c, s) = rope.cos_sin(p);
-            for i in 0..half {
-                for row in [i, i + half] {
-                    cos[row * t + p] = c[i];
-                    sin[row * t + p] = s[i];
-                }
+fn constant_rope_tables(
+    f: &mut FunctionBuilder,
+    name: &str,
+    head_dim: usize,
+    theta: f64,
+    precision: Precision,
+    t: usize,
+) -> Result<RopeTables, AneError> {
+    let rope = crate::reference::rope::Rope::plain(head_dim, theta);
+    let half = head_dim / 2;
+    let mut cos = vec![0f32; head_dim * t];
+    let mut sin = vec![0f32; head_dim * t];
+    for p in 0..t {
+        let (c, s) = rope.cos_sin(p);
+        for i in 0..half {
+            for row in [i, i + half] {
+                cos[row * t + p] = c[i];
+                sin[row * t + p] = s[i];
             }
         }
-        let shape = vec![1, 1, head_dim, t];
-        Ok(RopeTable {
-            cos: f.constant(
-                &format!("{name}_cos"),
-                dense(shape.clone(), &cos, precision)?,
-            )?,
-            sin: f.constant(&format!("{name}_sin"), dense(shape, &sin, precision)?)?,
-            half,
-        })
     }
-
-    /// `x·cos + rotate_half(x)·sin` on `[heads, 1, D, T]`, `rotate_half(x) = concat(−x[D/2:],
-    /// x[:D/2])` along axis 2.
-    fn apply(&self, f: &mut FunctionBuilder, prefix: &str, x: Var) -> Result<Var, AneError> {
-        let dtype = f.tensor_type(x)?.dtype;
-        let halves = f.split(&format!("{prefix}_halves"), x, &[self.half, self.half], 2)?;
-        let minus_one = f.scalar(&format!("{prefix}_minus_one"), dtype, -1.0)?;
-        let neg_hi = f.mul(&format!("{prefix}_neg_hi"), halves[1], minus_one)?;
-        let rotated = f.concat(&format!("{prefix}_rot_half"), &[neg_hi, halves[0]], 2)?;
-        let a = f.mul(&format!("{prefix}_cos"), x, self.cos)?;
-        let b = f.mul(&format!("{prefix}_sin"), rotated, self.sin)?;
-        Ok(f.add(prefix, a, b)?)
-    }
+    let shape = vec![1, 1, head_dim, t];
+    Ok(RopeTables {
+        cos: f.constant(
+            &format!("{name}_cos"),
+            dense(shape.clone(), &cos, precision)?,
+        )?,
+        sin: f.constant(&format!("{name}_sin"), dense(shape, &sin, precision)?)?,
+        half,
+    })
 }
 
 /// ModernBERT's per-bucket constants: a RoPE table per base and the local layers' mask
 /// (padding mask + window mask, `[1, 1, T, T]`).
 struct RopeGraph {
-    global: RopeTable,
-    local: RopeTable,
+    global: RopeTables,
+    local: RopeTables,
     local_mask: Var,
 }
 
@@ -514,8 +494,8 @@ impl RopeGraph {
         t: usize,
     ) -> Result<Self, AneError> {
         let d = config.head_dim;
-        let global = RopeTable::new(f, "rope_global", d, r.global_rope_theta, precision, t)?;
-        let local = RopeTable::new(f, "rope_local", d, r.local_rope_theta, precision, t)?;
+        let global = constant_rope_tables(f, "rope_global", d, r.global_rope_theta, precision, t)?;
+        let local = constant_rope_tables(f, "rope_local", d, r.local_rope_theta, precision, t)?;
         let window: Vec<f32> = (0..t * t)
             .map(|k| {
                 if (k / t).abs_diff(k % t) > r.local_window {
@@ -539,7 +519,7 @@ impl RopeGraph {
 #[derive(Clone, Copy)]
 struct Attention<'a> {
     mask: Var,
-    rope: Option<&'a RopeTable>,
+    rope: Option<&'a RopeTables>,
 }
 
 struct LayerIo<'a> {

@@ -4,14 +4,13 @@
 //! norms each block's output before adding it, uses a tanh-GELU gate and per-layer windows and
 //! RoPE bases.
 
+use super::attend::{attend, AttentionShape};
 use super::cache::KvCache;
-use super::kernels::{axpy, dot, gelu_tanh, matmul_t, rms_norm_into, rms_norm_rows, silu, softmax};
+use super::kernels::{axpy, gelu_tanh, matmul_t, rms_norm_into, rms_norm_rows, silu};
 use super::rope::{Rope, Ropes};
 use super::weights::{LayerWeights, Weights};
 use super::LogitsFor;
-use crate::attention::{first_visible_slot, visible_slots};
 use anemone_checkpoint::DecoderConfig;
-use rayon::prelude::*;
 
 /// Logits and residual stream of a traced forward.
 #[derive(Debug, Clone)]
@@ -134,36 +133,17 @@ fn attention_block(
     }
     cache.append(layer_index, &k, &v);
 
-    let heads = config.num_attention_heads;
-    let group = config.gqa_group();
-    let first_position = cache.len();
-    let scale = config.attention_scale();
-    let window = config.sliding_window(layer_index);
+    let shape = AttentionShape {
+        heads: config.num_attention_heads,
+        group: config.gqa_group(),
+        head_dim: d,
+        first_position: cache.len(),
+        scale: config.attention_scale(),
+        window: config.sliding_window(layer_index),
+    };
     let (keys, values) = cache.layer(layer_index);
     let mut attended = vec![0f32; s * q_dim];
-    // One task per (new position, query head); position `first_position + row` attends to every
-    // cached position up to and including itself (within its window, if the layer slides).
-    attended
-        .par_chunks_mut(d)
-        .enumerate()
-        .for_each(|(task, out)| {
-            let (row, head) = (task / heads, task % heads);
-            let kv_offset = (head / group) * d;
-            let query = &q[row * q_dim + head * d..row * q_dim + (head + 1) * d];
-            let visible = visible_slots(first_position, row);
-            let start = first_visible_slot(first_position, row, window);
-            let mut scores: Vec<f32> = (start..visible)
-                .map(|t| {
-                    let key = &keys[t * kv_dim + kv_offset..t * kv_dim + kv_offset + d];
-                    dot(query, key) * scale
-                })
-                .collect();
-            softmax(&mut scores);
-            for (t, p) in (start..visible).zip(&scores) {
-                let value = &values[t * kv_dim + kv_offset..t * kv_dim + kv_offset + d];
-                axpy(*p, value, out);
-            }
-        });
+    attend(shape, &q, keys, values, &mut attended);
 
     let mut projected = vec![0f32; s * h];
     matmul_t(&attended, &layer.o_proj, &mut projected, s, q_dim, h);

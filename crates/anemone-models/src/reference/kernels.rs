@@ -264,108 +264,103 @@ unsafe impl Send for SharedOut {}
 #[cfg(target_arch = "x86_64")]
 unsafe impl Sync for SharedOut {}
 
-/// `matmul_t` as 4×4 register-blocked AVX-512 dot products; tasks own blocks of output columns
+/// Output columns (weight rows) per task of [`matmul_t_avx512`].
+const COLUMNS_PER_TASK: usize = 32;
+/// Register tile of [`matmul_t_avx512`]: rows of x by weight rows, one accumulator each.
+const TILE_ROWS: usize = 4;
+const TILE_COLUMNS: usize = 4;
+
+/// `matmul_t` as register-blocked AVX-512 dot products; tasks own blocks of output columns
 /// (weight rows), so each weight row is read from memory once per call.
+///
+/// Invariant (the values do not depend on the tiling): every output inside the region of whole
+/// 4-row and 4-column blocks is one 16-lane accumulator per output — lane `l` sums
+/// `x[s][k]·w[o][k]` for `k ≡ l (mod 16)` in increasing `k`, the tail masked — reduced by
+/// `_mm512_reduce_add_ps`; every output outside it (the last `rows % 4` rows, the last
+/// `n_out % 4` columns) is [`dot`].
 #[cfg(target_arch = "x86_64")]
 fn matmul_t_avx512(x: &[f32], w: &[f32], y: &mut [f32], rows: usize, n_in: usize, n_out: usize) {
-    const COLUMNS_PER_TASK: usize = 32;
     let out = SharedOut(y.as_mut_ptr());
     let tasks = n_out.div_ceil(COLUMNS_PER_TASK);
+    let block_rows = rows / 4 * 4;
+    let block_columns = n_out / 4 * 4;
     (0..tasks).into_par_iter().for_each(|task| {
         let first = task * COLUMNS_PER_TASK;
         let last = (first + COLUMNS_PER_TASK).min(n_out);
-        // SAFETY: AVX-512F is present (checked by the caller); the kernel reads x and w within
+        let tiled_end = last.min(block_columns);
+        // SAFETY: AVX-512F is present (checked by the caller); every tile reads x and w within
         // their asserted extents and writes only y[s·n_out + o] for o in first..last.
-        unsafe { matmul_t_columns_avx512(x, w, out, rows, n_in, n_out, first, last) };
+        unsafe {
+            let mut o = first;
+            while o + TILE_COLUMNS <= tiled_end {
+                for s in (0..block_rows).step_by(TILE_ROWS) {
+                    tile_avx512::<TILE_ROWS, TILE_COLUMNS>(x, w, out, n_in, n_out, s, o);
+                }
+                o += TILE_COLUMNS;
+            }
+            for o in o..tiled_end {
+                for s in (0..block_rows).step_by(TILE_ROWS) {
+                    tile_avx512::<TILE_ROWS, 1>(x, w, out, n_in, n_out, s, o);
+                }
+            }
+            for o in first..last {
+                let wo = &w[o * n_in..(o + 1) * n_in];
+                let dot_rows = if o < block_columns { block_rows } else { 0 };
+                for s in dot_rows..rows {
+                    *out.0.add(s * n_out + o) = dot(&x[s * n_in..(s + 1) * n_in], wo);
+                }
+            }
+        }
     });
 }
 
+/// Outputs `y[s0..s0+R][o0..o0+C]`, one 16-lane accumulator each (see [`matmul_t_avx512`]).
+///
+/// # Safety
+/// AVX-512F must be present; rows `s0..s0+R` of x and `o0..o0+C` of w must exist.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-#[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
-unsafe fn matmul_t_columns_avx512(
+#[allow(clippy::needless_range_loop)]
+unsafe fn tile_avx512<const R: usize, const C: usize>(
     x: &[f32],
     w: &[f32],
     out: SharedOut,
-    rows: usize,
     n_in: usize,
     n_out: usize,
-    first: usize,
-    last: usize,
+    s0: usize,
+    o0: usize,
 ) {
     use std::arch::x86_64::*;
-    let y = out.0;
+    debug_assert!((s0 + R) * n_in <= x.len() && (o0 + C) * n_in <= w.len());
     let full = n_in / 16 * 16;
     let tail_mask: __mmask16 = ((1u32 << (n_in % 16)) - 1) as __mmask16;
-    let (px, pw) = (x.as_ptr(), w.as_ptr());
-    let mut o = first;
-    while o + 4 <= last {
-        let wr = [
-            pw.add(o * n_in),
-            pw.add((o + 1) * n_in),
-            pw.add((o + 2) * n_in),
-            pw.add((o + 3) * n_in),
-        ];
-        let mut s = 0;
-        while s + 4 <= rows {
-            let xr = [
-                px.add(s * n_in),
-                px.add((s + 1) * n_in),
-                px.add((s + 2) * n_in),
-                px.add((s + 3) * n_in),
-            ];
-            let mut acc = [[_mm512_setzero_ps(); 4]; 4];
-            let mut k = 0;
-            while k < full {
-                let wv = [
-                    _mm512_loadu_ps(wr[0].add(k)),
-                    _mm512_loadu_ps(wr[1].add(k)),
-                    _mm512_loadu_ps(wr[2].add(k)),
-                    _mm512_loadu_ps(wr[3].add(k)),
-                ];
-                for i in 0..4 {
-                    let xv = _mm512_loadu_ps(xr[i].add(k));
-                    for j in 0..4 {
-                        acc[i][j] = _mm512_fmadd_ps(xv, wv[j], acc[i][j]);
-                    }
-                }
-                k += 16;
-            }
-            if full < n_in {
-                let wv = [
-                    _mm512_maskz_loadu_ps(tail_mask, wr[0].add(full)),
-                    _mm512_maskz_loadu_ps(tail_mask, wr[1].add(full)),
-                    _mm512_maskz_loadu_ps(tail_mask, wr[2].add(full)),
-                    _mm512_maskz_loadu_ps(tail_mask, wr[3].add(full)),
-                ];
-                for i in 0..4 {
-                    let xv = _mm512_maskz_loadu_ps(tail_mask, xr[i].add(full));
-                    for j in 0..4 {
-                        acc[i][j] = _mm512_fmadd_ps(xv, wv[j], acc[i][j]);
-                    }
-                }
-            }
-            for i in 0..4 {
-                for j in 0..4 {
-                    *y.add((s + i) * n_out + o + j) = _mm512_reduce_add_ps(acc[i][j]);
-                }
-            }
-            s += 4;
-        }
-        for s in s..rows {
-            for j in 0..4 {
-                let xs = std::slice::from_raw_parts(px.add(s * n_in), n_in);
-                let wo = std::slice::from_raw_parts(wr[j], n_in);
-                *y.add(s * n_out + o + j) = dot(xs, wo);
+    let xr: [*const f32; R] = std::array::from_fn(|i| x.as_ptr().add((s0 + i) * n_in));
+    let wr: [*const f32; C] = std::array::from_fn(|j| w.as_ptr().add((o0 + j) * n_in));
+    let mut acc = [[_mm512_setzero_ps(); C]; R];
+    let mut k = 0;
+    while k < full {
+        let wv: [__m512; C] = std::array::from_fn(|j| _mm512_loadu_ps(wr[j].add(k)));
+        for i in 0..R {
+            let xv = _mm512_loadu_ps(xr[i].add(k));
+            for j in 0..C {
+                acc[i][j] = _mm512_fmadd_ps(xv, wv[j], acc[i][j]);
             }
         }
-        o += 4;
+        k += 16;
     }
-    for o in o..last {
-        let wo = std::slice::from_raw_parts(pw.add(o * n_in), n_in);
-        for s in 0..rows {
-            let xs = std::slice::from_raw_parts(px.add(s * n_in), n_in);
-            *y.add(s * n_out + o) = dot(xs, wo);
+    if full < n_in {
+        let wv: [__m512; C] =
+            std::array::from_fn(|j| _mm512_maskz_loadu_ps(tail_mask, wr[j].add(full)));
+        for i in 0..R {
+            let xv = _mm512_maskz_loadu_ps(tail_mask, xr[i].add(full));
+            for j in 0..C {
+                acc[i][j] = _mm512_fmadd_ps(xv, wv[j], acc[i][j]);
+            }
+        }
+    }
+    for i in 0..R {
+        for j in 0..C {
+            *out.0.add((s0 + i) * n_out + o0 + j) = _mm512_reduce_add_ps(acc[i][j]);
         }
     }
 }
@@ -414,12 +409,103 @@ pub fn softmax(x: &mut [f32]) {
     }
 }
 
-/// `y += a·x`.
+/// `y += a·x`, each element `y + (a·x)` with the product rounded before the add (never fused).
 #[inline]
 pub fn axpy(a: f32, x: &[f32], y: &mut [f32]) {
-    for (yv, xv) in y.iter_mut().zip(x) {
+    let n = x.len().min(y.len());
+    #[cfg(target_arch = "x86_64")]
+    {
+        if has_avx2_fma() {
+            // SAFETY: AVX2 was detected; both slices are bounds-limited to n.
+            unsafe { axpy_avx2(a, &x[..n], &mut y[..n]) };
+            return;
+        }
+    }
+    for (yv, xv) in y[..n].iter_mut().zip(&x[..n]) {
         *yv += a * xv;
     }
+}
+
+/// [`axpy`] 8 lanes at a time: a multiply then an add per element, as the scalar loop.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn axpy_avx2(a: f32, x: &[f32], y: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let n = x.len();
+    let (px, py) = (x.as_ptr(), y.as_mut_ptr());
+    let av = _mm256_set1_ps(a);
+    let mut i = 0;
+    while i + 8 <= n {
+        let product = _mm256_mul_ps(av, _mm256_loadu_ps(px.add(i)));
+        _mm256_storeu_ps(
+            py.add(i),
+            _mm256_add_ps(_mm256_loadu_ps(py.add(i)), product),
+        );
+        i += 8;
+    }
+    for j in i..n {
+        *py.add(j) += a * *px.add(j);
+    }
+}
+
+/// `[dot(query, keys[0]), …, dot(query, keys[3])]`, each bit-identical to [`dot`] (the same
+/// lanes, accumulators, horizontal sum and tail), computed together so the query is loaded once
+/// and the four sums overlap. Keys must be at least as long as the query.
+#[inline]
+pub fn dot4(query: &[f32], keys: [&[f32]; 4]) -> [f32; 4] {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if has_avx512vl() && keys.iter().all(|k| k.len() >= query.len()) {
+            // SAFETY: AVX2, FMA and AVX-512VL were detected; every key holds query.len() values.
+            return unsafe { dot4_avx2(query, keys) };
+        }
+    }
+    keys.map(|k| dot(query, k))
+}
+
+#[cfg(target_arch = "x86_64")]
+#[inline]
+fn has_avx512vl() -> bool {
+    use std::sync::OnceLock;
+    static HAS: OnceLock<bool> = OnceLock::new();
+    *HAS.get_or_init(|| has_avx2_fma() && is_x86_feature_detected!("avx512vl"))
+}
+
+/// [`dot4`] on 256-bit lanes; AVX-512VL only lends the 32 vector registers its 16 accumulators need.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,avx512f,avx512vl")]
+#[allow(clippy::needless_range_loop)]
+unsafe fn dot4_avx2(query: &[f32], keys: [&[f32]; 4]) -> [f32; 4] {
+    use std::arch::x86_64::*;
+    let n = query.len();
+    let pq = query.as_ptr();
+    let pk = keys.map(|k| k.as_ptr());
+    let mut acc = [[_mm256_setzero_ps(); 4]; 4];
+    let mut i = 0;
+    while i + 32 <= n {
+        for c in 0..4 {
+            let q = _mm256_loadu_ps(pq.add(i + 8 * c));
+            for k in 0..4 {
+                acc[k][c] = _mm256_fmadd_ps(q, _mm256_loadu_ps(pk[k].add(i + 8 * c)), acc[k][c]);
+            }
+        }
+        i += 32;
+    }
+    while i + 8 <= n {
+        let q = _mm256_loadu_ps(pq.add(i));
+        for k in 0..4 {
+            acc[k][0] = _mm256_fmadd_ps(q, _mm256_loadu_ps(pk[k].add(i)), acc[k][0]);
+        }
+        i += 8;
+    }
+    let mut sums = [0f32; 4];
+    for k in 0..4 {
+        sums[k] = horizontal_sum(acc[k][0], acc[k][1], acc[k][2], acc[k][3]);
+        for j in i..n {
+            sums[k] += *pq.add(j) * *pk[k].add(j);
+        }
+    }
+    sums
 }
 
 #[cfg(test)]
@@ -483,6 +569,64 @@ mod tests {
             let naive: f64 = a.iter().zip(&b).map(|(x, y)| *x as f64 * *y as f64).sum();
             assert!((dot(&a, &b) as f64 - naive).abs() < 1e-5, "n={n}");
             assert!((dot_portable(&a, &b) as f64 - naive).abs() < 1e-5, "n={n}");
+        }
+    }
+
+    /// Each output's value does not depend on the tiling: whole 4×4 blocks are the 1×1 tile's
+    /// 16-lane sum, the rest `dot` — so a change of tile shape or task width keeps the bits.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx512_tiles_give_every_output_the_one_by_one_tiles_bits() {
+        if !has_avx512() {
+            return;
+        }
+        for (rows, n_in, n_out) in [(64, 896, 1152), (9, 577, 103), (4, 16, 4), (13, 40, 97)] {
+            let x = pseudo_random(rows * n_in, 5);
+            let w = pseudo_random(n_out * n_in, 6);
+            let mut tiled = vec![f32::NAN; rows * n_out];
+            matmul_t_avx512(&x, &w, &mut tiled, rows, n_in, n_out);
+            let mut single = vec![f32::NAN; rows * n_out];
+            let out = SharedOut(single.as_mut_ptr());
+            for s in 0..rows {
+                for o in 0..n_out {
+                    if s < rows / 4 * 4 && o < n_out / 4 * 4 {
+                        // SAFETY: AVX-512F detected above; row s of x and o of w exist.
+                        unsafe { tile_avx512::<1, 1>(&x, &w, out, n_in, n_out, s, o) };
+                    } else {
+                        single[s * n_out + o] =
+                            dot(&x[s * n_in..(s + 1) * n_in], &w[o * n_in..(o + 1) * n_in]);
+                    }
+                }
+            }
+            let differing = (0..rows * n_out).find(|&i| tiled[i].to_bits() != single[i].to_bits());
+            assert_eq!(
+                differing, None,
+                "({rows},{n_in},{n_out}): first differing output"
+            );
+        }
+    }
+
+    #[test]
+    fn dot4_and_axpy_keep_the_bits_of_dot_and_the_scalar_loop() {
+        for n in [0usize, 1, 7, 8, 9, 31, 32, 33, 64, 100, 128, 257] {
+            let q = pseudo_random(n, 7);
+            let keys: Vec<Vec<f32>> = (0..4).map(|k| pseudo_random(n + k, 8 + k as u32)).collect();
+            let got = dot4(&q, [&keys[0], &keys[1], &keys[2], &keys[3]]);
+            for k in 0..4 {
+                assert_eq!(
+                    got[k].to_bits(),
+                    dot(&q, &keys[k]).to_bits(),
+                    "n {n}, key {k}"
+                );
+            }
+            let mut y = pseudo_random(n, 9);
+            let mut want = y.clone();
+            axpy(0.37, &q, &mut y);
+            for (w, x) in want.iter_mut().zip(&q) {
+                *w += 0.37 * x;
+            }
+            let differing = (0..n).find(|&i| y[i].to_bits() != want[i].to_bits());
+            assert_eq!(differing, None, "axpy, n {n}");
         }
     }
 

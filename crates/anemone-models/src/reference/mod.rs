@@ -6,6 +6,7 @@
 //! one) and returns logits; [`ReferenceModel::forward_traced`] also returns the residual stream after
 //! every layer.
 
+mod attend;
 mod cache;
 mod forward;
 pub mod kernels;
