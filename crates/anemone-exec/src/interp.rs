@@ -9,9 +9,10 @@ use anemone_mil::{DType, Op, Precision, Var};
 use crate::decompress::{blockwise_shift_scale, const_tensor, lut_to_dense};
 use crate::error::{ExecError, Result};
 use crate::kernels::elementwise::Operand;
-use crate::kernels::{elementwise, fp16acc, linalg, norm, shape, Accumulation};
+use crate::kernels::{elementwise, fp16acc, gemm_f16, linalg, norm, shape, Accumulation};
 use crate::package::{Fused, LoadedPackage, PreparedFunction, State, Step};
 
+mod attend;
 mod projections;
 
 enum Slot<'a> {
@@ -194,8 +195,11 @@ impl LoadedPackage {
             precision: self.precision,
             acc: self.accumulation,
         };
+        let mut next = 0;
+        let mut hidden_memo: attend::HiddenMemo = None;
         let mut stash = projections::Stash::default();
-        for (i, step) in f.steps.iter().enumerate() {
+        while let Some(step) = f.steps.get(next) {
+            let i = next;
             let op_err = |detail: String| ExecError::Op {
                 path: self.path.clone(),
                 function: f.name.clone(),
@@ -203,6 +207,18 @@ impl LoadedPackage {
                 op_type: step.op.mil_type(),
                 detail,
             };
+            // a head's attention over the filled KV columns only (an observer sees every op)
+            if observer.is_none() {
+                let steps = &f.steps[next..];
+                if let Some(n) =
+                    attend::try_run(&mut frame, steps, &mut hidden_memo).map_err(op_err)?
+                {
+                    next += n;
+                    continue;
+                }
+            }
+            hidden_memo = None;
+            next += 1;
             let outs = match &step.fused {
                 // an observer sees every value, so views are materialised for it
                 Fused::No | Fused::View { .. } if observer.is_some() => {
@@ -564,6 +580,19 @@ fn run_step(fr: &mut Frame, step: &Step) -> Result<Vec<Tensor>, String> {
                     &ty.shape,
                     fr.acc,
                 )?,
+                (Some(w16), Err(_))
+                    if fr.acc == Accumulation::F32
+                        && gemm_f16::is_pointwise(&xt.shape, &w16.shape, params) =>
+                {
+                    gemm_f16::pointwise_conv_f16(
+                        &mut data,
+                        &xt.data,
+                        &xt.shape,
+                        &w16.data,
+                        &w16.shape,
+                        bt.map(|b| b.data.as_slice()),
+                    )?
+                }
                 (Some(w16), Err(_)) => linalg::with_widened(&w16.data, |w| {
                     linalg::conv2d(
                         &mut data,

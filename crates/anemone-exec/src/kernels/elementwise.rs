@@ -26,13 +26,30 @@ pub(crate) fn for_each_broadcast(
     y_shape: &[usize],
     mut f: impl FnMut(usize, usize, usize),
 ) {
+    for_each_broadcast_run(out_shape, x_shape, y_shape, |o, (xb, xs), (yb, ys), n| {
+        for j in 0..n {
+            f(o + j, xb + j * xs, yb + j * ys);
+        }
+    });
+}
+
+/// Calls `f(out_start, (x_start, x_step), (y_start, y_step), len)` for every run of the
+/// output's last axis, in order: output element `out_start + j` reads `x[x_start + j·x_step]`
+/// and `y[y_start + j·y_step]` (steps 1, or 0 on a broadcast axis).
+#[inline]
+pub(crate) fn for_each_broadcast_run(
+    out_shape: &[usize],
+    x_shape: &[usize],
+    y_shape: &[usize],
+    mut f: impl FnMut(usize, (usize, usize), (usize, usize), usize),
+) {
     let rank = out_shape.len();
     let numel: usize = out_shape.iter().product();
     if numel == 0 {
         return;
     }
     if rank == 0 {
-        f(0, 0, 0);
+        f(0, (0, 0), (0, 0), 1);
         return;
     }
     let xs = broadcast_strides(x_shape, out_shape);
@@ -43,9 +60,7 @@ pub(crate) fn for_each_broadcast(
     let (mut xb, mut yb) = (0usize, 0usize);
     let mut o = 0;
     while o < numel {
-        for j in 0..inner {
-            f(o + j, xb + j * xi_step, yb + j * yi_step);
-        }
+        f(o, (xb, xi_step), (yb, yi_step), inner);
         o += inner;
         // advance the outer odometer
         for ax in (0..rank - 1).rev() {
@@ -58,6 +73,43 @@ pub(crate) fn for_each_broadcast(
             xb -= xs[ax] * out_shape[ax];
             yb -= ys[ax] * out_shape[ax];
             coord[ax] = 0;
+        }
+    }
+}
+
+/// `dst[j] = f(x[xb + j·xs], y[yb + j·ys])`, as slices where the steps allow (vectorisable).
+#[inline(always)]
+fn binary_run<F: Fn(f32, f32) -> f32>(
+    f: &F,
+    dst: &mut [f32],
+    x: &[f32],
+    (xb, xs): (usize, usize),
+    y: &[f32],
+    (yb, ys): (usize, usize),
+) {
+    let n = dst.len();
+    match (xs, ys) {
+        (1, 1) => dst
+            .iter_mut()
+            .zip(&x[xb..xb + n])
+            .zip(&y[yb..yb + n])
+            .for_each(|((d, &a), &b)| *d = f(a, b)),
+        (1, 0) => {
+            let b = y[yb];
+            dst.iter_mut()
+                .zip(&x[xb..xb + n])
+                .for_each(|(d, &a)| *d = f(a, b))
+        }
+        (0, 1) => {
+            let a = x[xb];
+            dst.iter_mut()
+                .zip(&y[yb..yb + n])
+                .for_each(|(d, &b)| *d = f(a, b))
+        }
+        _ => {
+            for (j, d) in dst.iter_mut().enumerate() {
+                *d = f(x[xb + j * xs], y[yb + j * ys]);
+            }
         }
     }
 }
@@ -81,8 +133,18 @@ fn apply_binary<F: Fn(f32, f32) -> f32>(
         } else if y_shape == out_shape {
             buf.iter_mut().zip(y).for_each(|(a, &b)| *a = f(*a, b));
         } else {
-            for_each_broadcast(out_shape, out_shape, y_shape, |o, _, yi| {
-                buf[o] = f(buf[o], y[yi])
+            for_each_broadcast_run(out_shape, out_shape, y_shape, |o, _, (yb, ys), n| {
+                let run = &mut buf[o..o + n];
+                match ys {
+                    0 => {
+                        let b = y[yb];
+                        run.iter_mut().for_each(|a| *a = f(*a, b));
+                    }
+                    _ => run
+                        .iter_mut()
+                        .enumerate()
+                        .for_each(|(j, a)| *a = f(*a, y[yb + j * ys])),
+                }
             });
         }
         return buf;
@@ -99,8 +161,8 @@ fn apply_binary<F: Fn(f32, f32) -> f32>(
         return y.iter().map(|&b| f(a, b)).collect();
     }
     let mut out = vec![0.0f32; numel];
-    for_each_broadcast(out_shape, x_shape, y_shape, |o, xi, yi| {
-        out[o] = f(x[xi], y[yi])
+    for_each_broadcast_run(out_shape, x_shape, y_shape, |o, xr, yr, n| {
+        binary_run(&f, &mut out[o..o + n], x, xr, y, yr)
     });
     out
 }
@@ -242,5 +304,85 @@ pub fn cast(to: DType, data: &mut [f32]) {
         | DType::U3
         | DType::U4
         | DType::U6 => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Broadcasting runs give, element by element, `f` of the numpy-broadcast operands.
+    #[test]
+    fn broadcast_runs_equal_elementwise_indexing() {
+        let out = [2usize, 3, 1, 5];
+        let cases: [(&[usize], &[usize]); 5] = [
+            (&[2, 3, 1, 5], &[1, 1, 1, 5]),
+            (&[2, 3, 1, 5], &[1, 3, 1, 1]),
+            (&[1, 3, 1, 1], &[2, 3, 1, 5]),
+            (&[2, 1, 1, 5], &[3, 1, 1]),
+            (&[5], &[2, 3, 1, 1]),
+        ];
+        for (xs, ys) in cases {
+            let (nx, ny): (usize, usize) = (xs.iter().product(), ys.iter().product());
+            let x: Vec<f32> = (0..nx).map(|i| i as f32 * 0.75 - 3.0).collect();
+            let y: Vec<f32> = (0..ny).map(|i| 1.5 - i as f32 * 0.25).collect();
+            // the operand index of output coordinate `c` (right-aligned, size-1 axes broadcast)
+            let index = |shape: &[usize], c: &[usize]| {
+                let lead = c.len() - shape.len();
+                shape.iter().enumerate().fold(0, |acc, (i, &d)| {
+                    acc * d + if d == 1 { 0 } else { c[lead + i] }
+                })
+            };
+            for kind in [BinaryOp::Sub, BinaryOp::RealDiv] {
+                let got = binary(
+                    kind,
+                    DType::F32,
+                    Operand {
+                        data: &x,
+                        shape: xs,
+                    },
+                    Operand {
+                        data: &y,
+                        shape: ys,
+                    },
+                    &out,
+                    None,
+                );
+                let reused = (xs == out).then(|| {
+                    binary(
+                        kind,
+                        DType::F32,
+                        Operand {
+                            data: &[],
+                            shape: &out,
+                        },
+                        Operand {
+                            data: &y,
+                            shape: ys,
+                        },
+                        &out,
+                        Some(x.clone()),
+                    )
+                });
+                let mut o = 0;
+                for a in 0..2 {
+                    for b in 0..3 {
+                        for e in 0..5 {
+                            let c = [a, b, 0, e];
+                            let (u, v) = (x[index(xs, &c)], y[index(ys, &c)]);
+                            let want = match kind {
+                                BinaryOp::Sub => u - v,
+                                _ => u / v,
+                            };
+                            assert_eq!(got[o].to_bits(), want.to_bits(), "{xs:?} {ys:?} {c:?}");
+                            if let Some(r) = &reused {
+                                assert_eq!(r[o].to_bits(), want.to_bits(), "reused {ys:?} {c:?}");
+                            }
+                            o += 1;
+                        }
+                    }
+                }
+            }
+        }
     }
 }

@@ -48,10 +48,23 @@ impl<'a> MatRef<'a> {
 }
 
 /// Work (multiply-adds) above which a product is spread over the thread pool.
-const PARALLEL_WORK: usize = 1 << 18;
+pub(crate) const PARALLEL_WORK: usize = 1 << 18;
 
 /// `dst (row-major m×n) = a (m×k) · b (k×n)`, or `dst += …` when `accumulate`.
 pub fn matmul_into(dst: &mut [f32], a: MatRef, b: MatRef, accumulate: bool) -> Result<(), String> {
+    let parallel = a.rows * b.cols * a.cols >= PARALLEL_WORK;
+    matmul_on(dst, a, b, accumulate, parallel)
+}
+
+/// [`matmul_into`] with the `gemm` product spread over the thread pool or not (the values do
+/// not depend on it).
+pub(crate) fn matmul_on(
+    dst: &mut [f32],
+    a: MatRef,
+    b: MatRef,
+    accumulate: bool,
+    parallel: bool,
+) -> Result<(), String> {
     let (m, k, n) = (a.rows, a.cols, b.cols);
     if b.rows != k || dst.len() != m * n || !a.fits() || !b.fits() {
         return Err(format!(
@@ -78,7 +91,7 @@ pub fn matmul_into(dst: &mut [f32], a: MatRef, b: MatRef, accumulate: bool) -> R
         matvec_strided(dst, a, &x, accumulate);
         return Ok(());
     }
-    let parallelism = if m * n * k >= PARALLEL_WORK {
+    let parallelism = if parallel {
         Parallelism::Rayon(0)
     } else {
         Parallelism::None
@@ -269,15 +282,18 @@ std::thread_local! {
 /// Runs `f` on `w` widened to f32 (exact) in a buffer reused across calls on this thread, so a
 /// wide product over an fp16 weight costs no allocation and no resident f32 copy of the weight.
 pub fn with_widened<R>(w: &[half::f16], f: impl FnOnce(&[f32]) -> R) -> R {
-    use half::slice::HalfFloatSliceExt;
     WIDENED.with(|cell| match cell.try_borrow_mut() {
         Ok(mut buf) => {
             buf.resize(w.len(), 0.0);
-            w.convert_to_f32_slice(&mut buf);
+            super::gemm_f16::widen(w, &mut buf);
             f(&buf)
         }
         // re-entered on this thread (a nested pool task): a buffer of its own
-        Err(_) => f(&w.to_f32_vec()),
+        Err(_) => {
+            let mut buf = vec![0.0f32; w.len()];
+            super::gemm_f16::widen(w, &mut buf);
+            f(&buf)
+        }
     })
 }
 

@@ -1,8 +1,10 @@
 //! Numeric kernels on flat row-major f32 buffers; shapes were checked by the program's type
 //! inference when it was decoded, so kernels index without re-validating operands.
 
+pub mod attention;
 pub mod elementwise;
 pub mod fp16acc;
+pub mod gemm_f16;
 pub mod linalg;
 pub mod norm;
 pub mod shape;

@@ -1,0 +1,218 @@
+//! One query head's attention ops (`matmul → add mask → reduce_max → sub → softmax → matmul`)
+//! run as one step over the filled columns of the KV window ([`kernels::attention`]), with the
+//! same values as the six ops.
+//!
+//! [`kernels::attention`]: crate::kernels::attention
+
+use anemone_backend::Tensor;
+use anemone_mil::{BinaryOp, DType, Op, Precision, ReduceOp};
+
+use super::{finish_output, Frame, Slot};
+use crate::kernels::attention::{
+    attend_columns, filled_columns, hidden_key_bound, HeadWindow, Rounding,
+};
+use crate::kernels::Accumulation;
+use crate::package::{Fused, Step};
+
+/// Steps of the pattern.
+const STEPS: usize = 6;
+
+/// Whether `steps` opens with one head's six attention ops whose intermediate values die
+/// inside the pattern (so nothing else can read them).
+fn matches(steps: &[Step]) -> bool {
+    let [s0, s1, s2, s3, s4, s5, ..] = steps else {
+        return false;
+    };
+    let group = [s0, s1, s2, s3, s4, s5];
+    let plain = |s: &Step| {
+        s.fused == Fused::No
+            && s.outputs.len() == 1
+            && s.out_types.len() == 1
+            && matches!(s.out_types[0].dtype, DType::F16 | DType::F32)
+    };
+    if !group.iter().all(|s| plain(s)) {
+        return false;
+    }
+    let rank = s1.out_types[0].shape.len();
+    let (scores, masked, max, shifted, probs) = (
+        s0.outputs[0],
+        s1.outputs[0],
+        s2.outputs[0],
+        s3.outputs[0],
+        s4.outputs[0],
+    );
+    let head = matches!(
+        s0.op,
+        Op::Matmul {
+            transpose_x: true,
+            transpose_y: false,
+            ..
+        }
+    );
+    let add = match s1.op {
+        Op::Binary {
+            kind: BinaryOp::Add,
+            x,
+            y,
+        } => (x == scores) != (y == scores) && s1.release.contains(&scores),
+        _ => false,
+    };
+    let reduce = match &s2.op {
+        Op::Reduce {
+            kind: ReduceOp::Max,
+            x,
+            axes,
+            keep_dims: true,
+        } => *x == masked && rank >= 2 && axes[..] == [rank - 1],
+        _ => false,
+    };
+    let sub = match s3.op {
+        Op::Binary {
+            kind: BinaryOp::Sub,
+            x,
+            y,
+        } => x == masked && y == max && s3.release.contains(&masked) && s3.release.contains(&max),
+        _ => false,
+    };
+    let soft = match s4.op {
+        Op::Softmax { x, axis } => {
+            x == shifted && axis == rank - 1 && s4.release.contains(&shifted)
+        }
+        _ => false,
+    };
+    let out = match s5.op {
+        Op::Matmul {
+            x,
+            y,
+            transpose_x: false,
+            transpose_y: true,
+        } => y == probs && x != probs && s5.release.contains(&probs),
+        _ => false,
+    };
+    head && add && reduce && sub && soft && out
+}
+
+/// Runs the six steps opening `steps` as one when they are a head's attention whose hidden
+/// columns can be skipped exactly (their output stored, their dead values released); returns
+/// how many steps ran, or `None` (nothing done) for the caller to run `steps[0]` as usual.
+pub(super) fn try_run(
+    fr: &mut Frame,
+    steps: &[Step],
+    memo: &mut HiddenMemo,
+) -> Result<Option<usize>, String> {
+    if fr.acc != Accumulation::F32 || !matches(steps) {
+        return Ok(None);
+    }
+    let group = &steps[..STEPS];
+    let Some(t) = run(fr, group, memo)? else {
+        return Ok(None);
+    };
+    let last = &group[STEPS - 1];
+    let t = finish_output(t, &last.out_types[0], fr.precision)?;
+    fr.slots[last.outputs[0].index()] = Slot::Owned(t);
+    for v in group.iter().flat_map(|s| &s.release) {
+        fr.slots[v.index()] = Slot::Empty;
+    }
+    Ok(Some(STEPS))
+}
+
+/// `[rows, cols]` of a matrix operand with unit batch dims.
+fn matrix(shape: &[usize]) -> Option<(usize, usize)> {
+    let r = shape.len();
+    (r >= 2 && shape[..r - 2].iter().all(|&b| b == 1)).then(|| (shape[r - 2], shape[r - 1]))
+}
+
+/// Which KV window (and filled width) a hidden-column bound was computed for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) struct HiddenKey {
+    k: (usize, usize),
+    v: (usize, usize),
+    l: usize,
+}
+
+/// The last hidden-column bound computed; the caller clears it whenever any other step runs,
+/// so it is only ever reused by the next head over the very same, unchanged KV window.
+pub(super) type HiddenMemo = Option<(HiddenKey, Option<f32>)>;
+
+/// The pattern's output (rounded as its last op's), or `None` when the window's hidden columns
+/// cannot be skipped exactly; then the caller runs the six steps.
+fn run(fr: &Frame, steps: &[Step], memo: &mut HiddenMemo) -> Result<Option<Tensor>, String> {
+    let (Op::Matmul { x: q, y: k, .. }, Op::Binary { x: a, y: b, .. }, Op::Matmul { x: v, .. }) =
+        (&steps[0].op, &steps[1].op, &steps[5].op)
+    else {
+        return Ok(None);
+    };
+    let mask = if *a == steps[0].outputs[0] { *b } else { *a };
+    let (q, k, v, mask) = (
+        fr.operand(*q)?,
+        fr.operand(*k)?,
+        fr.operand(*v)?,
+        fr.operand(mask)?,
+    );
+    let out_ty = &steps[5].out_types[0];
+    let shapes = (
+        matrix(q.shape),
+        matrix(k.shape),
+        matrix(v.shape),
+        matrix(mask.shape),
+        matrix(&out_ty.shape),
+    );
+    let (Some((d, t)), Some((dk, c)), Some((dv, cv)), Some((tm, cm)), Some((dvo, to))) = shapes
+    else {
+        return Ok(None);
+    };
+    if mask.shape != steps[1].out_types[0].shape.as_slice()
+        || dk != d
+        || cv != c
+        || (tm, cm) != (t, c)
+        || (dvo, to) != (dv, t)
+    {
+        return Ok(None);
+    }
+    let fp16 = |s: &Step| fr.precision == Precision::Fp16 && s.out_types[0].dtype == DType::F16;
+    let rounding = Rounding {
+        scores: fp16(&steps[0]),
+        masked: fp16(&steps[1]),
+        max: fp16(&steps[2]),
+        shifted: fp16(&steps[3]),
+        probs: fp16(&steps[4]),
+        out: fp16(&steps[5]),
+    };
+    let window = HeadWindow {
+        q: q.data,
+        k: k.data,
+        v: v.data,
+        mask: mask.data,
+        d,
+        dv,
+        t,
+        c,
+    };
+    let Some(l) = filled_columns(&window) else {
+        return Ok(None);
+    };
+    // query heads sharing a KV head run back to back: their hidden-column bound is shared
+    let key = HiddenKey {
+        k: (k.data.as_ptr() as usize, k.data.len()),
+        v: (v.data.as_ptr() as usize, v.data.len()),
+        l,
+    };
+    let k_max = match memo {
+        Some((held, bound)) if *held == key => *bound,
+        _ => {
+            let bound = hidden_key_bound(&window, l);
+            *memo = Some((key, bound));
+            bound
+        }
+    };
+    let Some(k_max) = k_max else {
+        return Ok(None);
+    };
+    Ok(
+        attend_columns(&window, l, k_max, rounding)?.map(|data| Tensor {
+            dtype: out_ty.dtype,
+            shape: out_ty.shape.clone(),
+            data,
+        }),
+    )
+}
