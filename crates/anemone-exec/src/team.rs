@@ -271,13 +271,17 @@ pub fn with_team<R>(team: &Arc<Team>, f: impl FnOnce() -> R) -> R {
     f()
 }
 
-/// This thread's team ([`with_team`]), else the process's team as wide as the current rayon
-/// pool; `None` only if no helper thread could be started.
+/// This thread's team ([`with_team`]), else the process's default team, as wide as the global
+/// rayon pool and kept for the life of the process; `None` only if no helper thread could be
+/// started.
 pub fn current() -> Option<Arc<Team>> {
     if let Some(team) = CURRENT.with(|c| c.borrow().clone()) {
         return Some(team);
     }
-    Team::shared(rayon::current_num_threads()).ok()
+    static DEFAULT: std::sync::OnceLock<Option<Arc<Team>>> = std::sync::OnceLock::new();
+    DEFAULT
+        .get_or_init(|| Team::shared(rayon::current_num_threads()).ok())
+        .clone()
 }
 
 /// Claims blocks `0..blocks` for the threads of a region: each call of `next` returns a block

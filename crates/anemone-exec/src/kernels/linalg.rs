@@ -125,8 +125,9 @@ pub(crate) fn matmul_on(
 }
 
 /// Bytes of weight rows per block of a matvec region (blocks are claimed by the team's
-/// threads one at a time, so a late thread costs nothing).
-const MATVEC_BLOCK_BYTES: usize = 32 << 10;
+/// threads one at a time, so a late thread costs nothing). Long blocks keep each core's
+/// hardware prefetcher on one stream: 256 KiB decoded SmolLM2 ≈ 20% faster than 32 KiB.
+const MATVEC_BLOCK_BYTES: usize = 256 << 10;
 
 /// The weight of a single-token projection `dst = W·x`.
 #[derive(Clone, Copy)]

@@ -12,7 +12,7 @@ use anemone_models::reference::kernels::{dot, dot_f16};
 use half::f16;
 
 /// Bytes of LM-head rows per block claimed by a thread of the team.
-const HEAD_BLOCK_BYTES: usize = 64 << 10;
+const HEAD_BLOCK_BYTES: usize = 256 << 10;
 
 use super::PipelineError;
 
