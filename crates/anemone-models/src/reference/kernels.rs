@@ -265,9 +265,12 @@ unsafe impl Send for SharedOut {}
 unsafe impl Sync for SharedOut {}
 
 /// Output columns (weight rows) per task of [`matmul_t_avx512`].
+#[cfg(target_arch = "x86_64")]
 const COLUMNS_PER_TASK: usize = 32;
 /// Register tile of [`matmul_t_avx512`]: rows of x by weight rows, one accumulator each.
+#[cfg(target_arch = "x86_64")]
 const TILE_ROWS: usize = 4;
+#[cfg(target_arch = "x86_64")]
 const TILE_COLUMNS: usize = 4;
 
 /// `matmul_t` as register-blocked AVX-512 dot products; tasks own blocks of output columns
