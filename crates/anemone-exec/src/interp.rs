@@ -14,6 +14,9 @@ use crate::package::{Fused, LoadedPackage, PreparedFunction, State, Step};
 
 mod attend;
 mod projections;
+mod window;
+
+use window::{check_window, update_state_in_place};
 
 enum Slot<'a> {
     Empty,
@@ -357,56 +360,6 @@ impl LoadedPackage {
             };
         }
         Ok(())
-    }
-}
-
-/// A fused KV write: `state[begin..end] = update`, in place; the window is checked first, so a
-/// failure leaves the state as it was.
-fn update_state_in_place(fr: &mut Frame, step: &Step, name: &str) -> Result<(), String> {
-    let Op::SliceUpdate {
-        update, begin, end, ..
-    } = &step.op
-    else {
-        return Err("a fused state update must be a slice_update".into());
-    };
-    let b = fr.get(*begin)?.to_i32_vec();
-    let e = fr.get(*end)?.to_i32_vec();
-    let mut u = fr.get(*update)?.clone();
-    if fr.precision == Precision::Fp16 {
-        round_f16_in_place(&mut u.data);
-    }
-    let held = fr
-        .state
-        .tensors
-        .get_mut(name)
-        .ok_or_else(|| format!("state `{name}` is missing"))?;
-    let begin = check_window(&b, &e, &held.shape, &u.shape)
-        .map_err(|detail| format!("{detail} (state `{name}` of {held}, update {u})"))?;
-    shape::slice_update(&mut held.data, &held.shape, &u.data, &u.shape, &begin);
-    Ok(())
-}
-
-/// The window's begin as indices if `[begin, end)` fits `shape` and spans `update_shape`.
-fn check_window(
-    b: &[i32],
-    e: &[i32],
-    shape: &[usize],
-    update_shape: &[usize],
-) -> Result<Vec<usize>, String> {
-    let rank = shape.len();
-    let fits = b.len() == rank
-        && e.len() == rank
-        && update_shape.len() == rank
-        && (0..rank).all(|i| {
-            b[i] >= 0
-                && e[i] >= b[i]
-                && e[i] as usize <= shape[i]
-                && (e[i] - b[i]) as usize == update_shape[i]
-        });
-    if fits {
-        Ok(b.iter().map(|&v| v as usize).collect())
-    } else {
-        Err(format!("window begin {b:?} end {e:?} does not fit"))
     }
 }
 

@@ -462,21 +462,25 @@ impl HalfWeight {
                     Accumulation::F32 => simd::dot_f16_kernel(),
                     Accumulation::Fp16Blocks => crate::kernels::fp16acc::dot_f16,
                 };
-                quant::matvec_by_rows(dst, k, |i| {
-                    ROW.with(|cell| {
-                        let mut cell = cell.borrow_mut();
-                        let (scratch, buf) = &mut *cell;
-                        if buf.len() != k {
-                            *scratch = Scratch::new(k);
-                            buf.resize(k, f16::ZERO);
-                        }
-                        self.row(i, scratch, buf);
-                        dot(buf, x)
-                    })
-                });
+                quant::matvec_by_rows(dst, k, |i| self.with_row(i, |row| dot(row, x)));
                 Ok(())
             }
         }
+    }
+
+    /// Runs `f` on row `i` formed as fp16 values in this thread's row buffer ([`Self::row`]).
+    fn with_row<R>(&self, i: usize, f: impl FnOnce(&[f16]) -> R) -> R {
+        let k = self.rows_cols().1;
+        ROW.with(|cell| {
+            let mut cell = cell.borrow_mut();
+            let (scratch, buf) = &mut *cell;
+            if buf.len() != k {
+                *scratch = Scratch::new(k);
+                buf.resize(k, f16::ZERO);
+            }
+            self.row(i, scratch, buf);
+            f(buf)
+        })
     }
 
     /// Runs `f` on the weight's values as f32 in a per-thread buffer (wide steps).
@@ -496,16 +500,7 @@ impl HalfWeight {
                                 }
                             }
                         }
-                        ROW.with(|cell| {
-                            let mut cell = cell.borrow_mut();
-                            let (scratch, buf) = &mut *cell;
-                            if buf.len() != k {
-                                *scratch = Scratch::new(k);
-                                buf.resize(k, f16::ZERO);
-                            }
-                            self.row(i, scratch, buf);
-                            buf.convert_to_f32_slice(out);
-                        })
+                        self.with_row(i, |row| row.convert_to_f32_slice(out))
                     })
                 };
                 quant::with_filled(rows * k, fill, f)

@@ -232,19 +232,22 @@ mod tests {
                     let (red, rest) = axis_offsets(&shape, &[a]);
                     let slow: Vec<f32> = rest
                         .iter()
-                        .map(|&r| {
-                            let vals = red.iter().map(|&k| data[r + k]);
-                            match kind {
-                                ReduceOp::Sum => vals.sum::<f32>(),
-                                ReduceOp::Mean => vals.sum::<f32>() / red.len() as f32,
-                                ReduceOp::Max => vals.fold(f32::NEG_INFINITY, f32::max),
-                            }
-                        })
+                        .map(|&r| gathered(kind, &data, r, &red))
                         .collect();
                     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                     assert_eq!(bits(&fast), bits(&slow), "{kind:?} over axis {a}");
                 }
             }
+        }
+    }
+
+    /// The reduction of `data[r + k]` over the offsets `red`, gathered one value at a time.
+    fn gathered(kind: ReduceOp, data: &[f32], r: usize, red: &[usize]) -> f32 {
+        let vals = red.iter().map(|&k| data[r + k]);
+        match kind {
+            ReduceOp::Sum => vals.sum::<f32>(),
+            ReduceOp::Mean => vals.sum::<f32>() / red.len() as f32,
+            ReduceOp::Max => vals.fold(f32::NEG_INFINITY, f32::max),
         }
     }
 
@@ -262,14 +265,7 @@ mod tests {
                 let (red, rest) = axis_offsets(&shape, &axes);
                 let slow: Vec<f32> = rest
                     .iter()
-                    .map(|&r| {
-                        let vals = red.iter().map(|&k| data[r + k]);
-                        match kind {
-                            ReduceOp::Sum => vals.sum::<f32>(),
-                            ReduceOp::Mean => vals.sum::<f32>() / red.len() as f32,
-                            ReduceOp::Max => vals.fold(f32::NEG_INFINITY, f32::max),
-                        }
-                    })
+                    .map(|&r| gathered(kind, &data, r, &red))
                     .collect();
                 let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                 assert_eq!(bits(&fast), bits(&slow), "{kind:?} over {axes:?}");
