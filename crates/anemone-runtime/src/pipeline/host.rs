@@ -3,6 +3,7 @@
 
 use std::borrow::Cow;
 use std::path::Path;
+use std::sync::Arc;
 
 use anemone_checkpoint::TokenizerBundle;
 use anemone_exec::team::{self, SharedOut, Team};
@@ -10,26 +11,95 @@ use anemone_models::bundle::Manifest;
 use anemone_models::families::decoder::tensor_names::{EMBED_TOKENS as EMBED, FINAL_NORM, LM_HEAD};
 use anemone_models::reference::kernels::{dot, dot_f16};
 use half::f16;
+use memmap2::Mmap;
 
 /// Bytes of LM-head rows per block claimed by a thread of the team.
 const HEAD_BLOCK_BYTES: usize = 256 << 10;
 
 use super::PipelineError;
 
+/// Values of one host tensor: read in place from the mapped `host.safetensors` (only the pages
+/// a step touches become resident: an untied embedding costs the rows looked up, not the table),
+/// or copied out of it when the file's bytes cannot be read in place (misaligned, big-endian).
+enum Values<T> {
+    Mapped {
+        map: Arc<Mmap>,
+        range: std::ops::Range<usize>,
+    },
+    Owned(Vec<T>),
+}
+
+/// Types every bit pattern of which is a value (so bytes of the map may be read as them).
+trait Plain: Copy {
+    fn from_le(bytes: &[u8]) -> Self;
+}
+
+impl Plain for f32 {
+    fn from_le(b: &[u8]) -> Self {
+        f32::from_le_bytes([b[0], b[1], b[2], b[3]])
+    }
+}
+
+impl Plain for f16 {
+    fn from_le(b: &[u8]) -> Self {
+        f16::from_le_bytes([b[0], b[1]])
+    }
+}
+
+/// `bytes` as `T`s when they are aligned for `T` and the machine is little-endian (the file's
+/// order), else `None`.
+fn in_place<T: Plain>(bytes: &[u8]) -> Option<&[T]> {
+    if cfg!(target_endian = "big") {
+        return None;
+    }
+    // SAFETY: `T: Plain` is f32 or f16, for which every bit pattern is a valid value; align_to
+    // only reinterprets the aligned middle part.
+    let (head, values, tail) = unsafe { bytes.align_to::<T>() };
+    (head.is_empty() && tail.is_empty()).then_some(values)
+}
+
+impl<T: Plain> Values<T> {
+    fn new(map: &Arc<Mmap>, range: std::ops::Range<usize>) -> Self {
+        let bytes = &map[range.clone()];
+        match in_place::<T>(bytes) {
+            Some(_) => Values::Mapped {
+                map: Arc::clone(map),
+                range,
+            },
+            None => Values::Owned(
+                bytes
+                    .chunks_exact(std::mem::size_of::<T>())
+                    .map(T::from_le)
+                    .collect(),
+            ),
+        }
+    }
+
+    fn as_slice(&self) -> &[T] {
+        match self {
+            // the range was checked to read in place when the value was made
+            Values::Mapped { map, range } => in_place(&map[range.clone()]).unwrap_or(&[]),
+            Values::Owned(v) => v,
+        }
+    }
+}
+
 /// A host tensor kept in its stored dtype: fp16 tensors stay fp16 (half the memory of f32) and
 /// are widened exactly when read, so every result equals the f32 computation on the widened
 /// values bit for bit.
 enum HostTensor {
-    F32(Vec<f32>),
-    F16(Vec<f16>),
+    F32(Values<f32>),
+    F16(Values<f16>),
 }
 
 impl HostTensor {
     fn row(&self, row: usize, width: usize) -> Cow<'_, [f32]> {
         let range = row * width..(row + 1) * width;
         match self {
-            HostTensor::F32(v) => Cow::Borrowed(&v[range]),
-            HostTensor::F16(v) => Cow::Owned(v[range].iter().map(|h| h.to_f32()).collect()),
+            HostTensor::F32(v) => Cow::Borrowed(&v.as_slice()[range]),
+            HostTensor::F16(v) => {
+                Cow::Owned(v.as_slice()[range].iter().map(|h| h.to_f32()).collect())
+            }
         }
     }
 
@@ -37,8 +107,29 @@ impl HostTensor {
     fn dot_row(&self, row: usize, x: &[f32]) -> f32 {
         let range = row * x.len()..(row + 1) * x.len();
         match self {
-            HostTensor::F32(v) => dot(&v[range], x),
-            HostTensor::F16(v) => dot_f16(&v[range], x),
+            HostTensor::F32(v) => dot(&v.as_slice()[range], x),
+            HostTensor::F16(v) => dot_f16(&v.as_slice()[range], x),
+        }
+    }
+
+    /// Asks the OS to read the whole tensor in ahead of its first use (a tensor every step reads
+    /// whole, as the LM head).
+    fn prefetch(&self) {
+        let mapped = match self {
+            HostTensor::F32(Values::Mapped { map, range }) => Some((map, range)),
+            HostTensor::F16(Values::Mapped { map, range }) => Some((map, range)),
+            HostTensor::F32(Values::Owned(_)) | HostTensor::F16(Values::Owned(_)) => None,
+        };
+        if let Some((map, range)) = mapped {
+            // advice only: a refusal costs page faults on first use, nothing else
+            let _ = map.advise_range(memmap2::Advice::WillNeed, range.start, range.len());
+        }
+    }
+
+    fn to_f32_vec(&self) -> Vec<f32> {
+        match self {
+            HostTensor::F32(v) => v.as_slice().to_vec(),
+            HostTensor::F16(v) => v.as_slice().iter().map(|x| x.to_f32()).collect(),
         }
     }
 }
@@ -66,10 +157,9 @@ impl HostWeights {
             problem: e.to_string(),
         };
         let file = std::fs::File::open(&path).map_err(io)?;
-        // SAFETY: the bundle's files are not modified while a pipeline loads them (bundles are
-        // replaced by atomic directory exchange, never written in place); the map is dropped
-        // before this function returns.
-        let bytes = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
+        // SAFETY: a bundle's files are never written in place (bundles are replaced by an atomic
+        // directory exchange, which leaves a mapped file's inode as it was).
+        let bytes = Arc::new(unsafe { Mmap::map(&file) }.map_err(io)?);
         let file =
             safetensors::SafeTensors::deserialize(&bytes).map_err(|e| PipelineError::Host {
                 path: path.clone(),
@@ -81,15 +171,15 @@ impl HostWeights {
         let head_on_host = manifest.lm_head.is_none();
         let load = |name: &str, shape: &[usize]| read_tensor(&path, &file, &bytes, name, shape);
         let embed = load(EMBED, &[vocab, h])?;
-        let final_norm = match load(FINAL_NORM, &[h])? {
-            HostTensor::F32(v) => v,
-            HostTensor::F16(v) => v.iter().map(|x| x.to_f32()).collect(),
-        };
+        let final_norm = load(FINAL_NORM, &[h])?.to_f32_vec();
         let lm_head = if head_on_host && !c.tie_word_embeddings {
             Some(load(LM_HEAD, &[vocab, h])?)
         } else {
             None
         };
+        if head_on_host {
+            lm_head.as_ref().unwrap_or(&embed).prefetch();
+        }
         Ok(HostWeights {
             hidden: h,
             vocab,
@@ -146,13 +236,12 @@ impl HostWeights {
     }
 }
 
-/// A tensor of `file` in its stored dtype, checked against `shape` (F16 or F32 on disk). The
-/// file's pages are released from the map as they are copied, so loading never holds the file
-/// and the tensors at once.
+/// A tensor of `file` in its stored dtype (F16 or F32 on disk), checked against `shape`, its
+/// values read in place from `map` where they can be.
 fn read_tensor(
     path: &Path,
     file: &safetensors::SafeTensors,
-    map: &memmap2::Mmap,
+    map: &Arc<Mmap>,
     name: &str,
     shape: &[usize],
 ) -> Result<HostTensor, PipelineError> {
@@ -171,45 +260,11 @@ fn read_tensor(
         )));
     }
     let data = view.data();
-    let offset = data.as_ptr() as usize - map.as_ptr() as usize;
-    const BLOCK: usize = 8 << 20;
-    let release = |at: usize, len: usize| {
-        // page-aligned inner part of [at, at + len): never read again
-        let page = 4096;
-        let (lo, hi) = (at.div_ceil(page) * page, (at + len) / page * page);
-        if hi > lo {
-            // SAFETY: the range lies inside the map and its bytes have been copied; nothing
-            // reads them again (a read would see the file again, not zeros: the map is shared).
-            let _ = unsafe {
-                map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, lo, hi - lo)
-            };
-        }
-    };
+    let start = data.as_ptr() as usize - map.as_ptr() as usize;
+    let range = start..start + data.len();
     match view.dtype() {
-        safetensors::Dtype::F32 => {
-            let mut out = Vec::with_capacity(data.len() / 4);
-            for (i, block) in data.chunks(BLOCK).enumerate() {
-                out.extend(
-                    block
-                        .chunks_exact(4)
-                        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
-                );
-                release(offset + i * BLOCK, block.len());
-            }
-            Ok(HostTensor::F32(out))
-        }
-        safetensors::Dtype::F16 => {
-            let mut out = Vec::with_capacity(data.len() / 2);
-            for (i, block) in data.chunks(BLOCK).enumerate() {
-                out.extend(
-                    block
-                        .chunks_exact(2)
-                        .map(|b| f16::from_le_bytes([b[0], b[1]])),
-                );
-                release(offset + i * BLOCK, block.len());
-            }
-            Ok(HostTensor::F16(out))
-        }
+        safetensors::Dtype::F32 => Ok(HostTensor::F32(Values::new(map, range))),
+        safetensors::Dtype::F16 => Ok(HostTensor::F16(Values::new(map, range))),
         other => Err(bad(format!("dtype {other:?}; bundles hold F16 or F32"))),
     }
 }
@@ -247,4 +302,47 @@ pub(crate) fn load_tokenizer(
         eos_token: entry.eos_token.clone(),
         add_bos: entry.add_bos,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A map of `bytes` (a temporary file's).
+    fn map_of(bytes: &[u8]) -> Arc<Mmap> {
+        let file = tempfile::tempfile().unwrap();
+        std::io::Write::write_all(&mut &file, bytes).unwrap();
+        // SAFETY: the temporary file is private to this test and not written again.
+        Arc::new(unsafe { Mmap::map(&file) }.unwrap())
+    }
+
+    #[test]
+    fn values_read_in_place_or_copied_are_the_same() {
+        let halves: Vec<f16> = (0..38).map(|i| f16::from_f32(i as f32 * -0.37)).collect();
+        let singles: Vec<f32> = (0..37).map(|i| i as f32 * 1.0e-3 - 7.5).collect();
+        // 38 halves, so the f32 run starts 4-aligned; the shifted copy misaligns both runs
+        let mut bytes = vec![0u8; 8];
+        bytes.extend(halves.iter().flat_map(|h| h.to_le_bytes()));
+        bytes.extend(singles.iter().flat_map(|v| v.to_le_bytes()));
+        bytes.push(0);
+        let map = map_of(&bytes);
+        let f32_at = 8 + 2 * halves.len();
+
+        let aligned = Values::<f16>::new(&map, 8..f32_at);
+        assert!(matches!(aligned, Values::Mapped { .. }));
+        assert_eq!(aligned.as_slice(), halves.as_slice());
+        let aligned = Values::<f32>::new(&map, f32_at..f32_at + 4 * singles.len());
+        assert!(matches!(aligned, Values::Mapped { .. }));
+        assert_eq!(aligned.as_slice(), singles.as_slice());
+
+        let mut shifted = vec![0u8; 9];
+        shifted.extend_from_slice(&bytes[8..]);
+        let map = map_of(&shifted);
+        let misaligned = Values::<f16>::new(&map, 9..f32_at + 1);
+        assert!(matches!(misaligned, Values::Owned(_)));
+        assert_eq!(misaligned.as_slice(), halves.as_slice());
+        let misaligned = Values::<f32>::new(&map, f32_at + 1..f32_at + 1 + 4 * singles.len());
+        assert!(matches!(misaligned, Values::Owned(_)));
+        assert_eq!(misaligned.as_slice(), singles.as_slice());
+    }
 }
