@@ -148,7 +148,7 @@ impl PartialEq for Payload {
             return self.0 == other.0;
         }
         self.0.tensor_type() == other.0.tensor_type()
-            && Arc::ptr_eq(self.0.shared_bytes(), other.0.shared_bytes())
+            && self.0.shared_bytes().same_storage(other.0.shared_bytes())
     }
 }
 
@@ -160,7 +160,7 @@ impl std::hash::Hash for Payload {
             self.0.hash(state);
         } else {
             self.0.tensor_type().hash(state);
-            (Arc::as_ptr(self.0.shared_bytes()) as *const u8 as usize).hash(state);
+            self.0.shared_bytes().addr().hash(state);
         }
     }
 }

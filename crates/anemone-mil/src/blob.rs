@@ -8,6 +8,7 @@ use std::hash::{Hash, Hasher};
 use std::io::{Seek, SeekFrom, Write};
 
 use crate::error::{MilError, Result};
+use crate::ir::bytes::SharedBytes;
 use crate::ir::tensor::TensorData;
 use crate::ir::types::DType;
 
@@ -159,10 +160,10 @@ pub struct BlobRecord {
     pub padding_bits: u64,
 }
 
-/// A whole weight.bin in memory, with every record indexed and bounds-checked.
+/// A whole weight.bin (in memory or mapped), with every record indexed and bounds-checked.
 pub struct BlobFile {
     file: String,
-    bytes: Vec<u8>,
+    bytes: SharedBytes,
     records: Vec<BlobRecord>,
 }
 
@@ -176,7 +177,8 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 
 impl BlobFile {
     /// Parses and checks a blob file: header, sentinels, alignment, bounds, dtypes.
-    pub fn parse(file: &str, bytes: Vec<u8>) -> Result<Self> {
+    pub fn parse(file: &str, bytes: impl Into<SharedBytes>) -> Result<Self> {
+        let bytes: SharedBytes = bytes.into();
         let bad = |detail: String| MilError::Blob {
             file: file.to_string(),
             detail,
@@ -282,7 +284,10 @@ impl BlobFile {
             )));
         }
         let start = rec.data_offset as usize;
-        let data = &self.bytes[start..start + rec.size_bytes as usize];
-        TensorData::from_bytes(dtype, shape.to_vec(), data.to_vec())
+        let data = self
+            .bytes
+            .slice(start..start + rec.size_bytes as usize)
+            .ok_or_else(|| bad(format!("blob at offset {offset} lies outside the file")))?;
+        TensorData::from_bytes(dtype, shape.to_vec(), data)
     }
 }

@@ -73,6 +73,7 @@ mod write;
 pub use blob::{blob_dtype_code, BlobFile, BlobRecord, BlobWriter};
 pub use builder::FunctionBuilder;
 pub use error::{MilError, Result};
+pub use ir::bytes::SharedBytes;
 pub use ir::identifier::is_valid_identifier;
 pub use ir::op::{BinaryOp, ConvParams, GeluMode, Op, ReduceOp, UnaryOp};
 pub use ir::program::{Function, Operation, Program, ValueInfo, Var};

@@ -212,7 +212,20 @@ pub fn read_package_interface(path: &Path) -> Result<Vec<crate::FunctionInterfac
     crate::read_model_interface(&model_path.display().to_string(), &model)
 }
 
-/// Reads an `.mlpackage` back into a [`Program`] with its weights loaded from disk.
+/// A weight file mapped read-only: its tensors are read in place (no copy; only the pages in use
+/// are resident). An empty file (which cannot be mapped) is read.
+fn map_weights(path: &Path) -> Result<crate::SharedBytes> {
+    let file = fs::File::open(path).map_err(io_err(path))?;
+    if file.metadata().map_err(io_err(path))?.len() == 0 {
+        return Ok(Vec::new().into());
+    }
+    // SAFETY: packages are never written in place — a writer stages a new package and renames
+    // it over the old one (`staging`), which leaves a mapped file's inode unchanged.
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io_err(path))?;
+    Ok(crate::SharedBytes::mapped(std::sync::Arc::new(map)))
+}
+
+/// Reads an `.mlpackage` back into a [`Program`] with its weights mapped from disk.
 pub fn read_package(path: &Path) -> Result<Program> {
     let (model_path, weights_dir) = locate(path)?;
     let model = fs::read(&model_path).map_err(io_err(&model_path))?;
@@ -225,7 +238,7 @@ pub fn read_package(path: &Path) -> Result<Program> {
             .collect();
         entries.sort();
         for p in entries {
-            let bytes = fs::read(&p).map_err(io_err(&p))?;
+            let bytes = map_weights(&p)?;
             let name = p
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())

@@ -256,7 +256,7 @@ fn functions_read_back_share_weight_buffers() {
         }
     };
     assert!(
-        std::sync::Arc::ptr_eq(&wk("decode"), &wk("prefill")),
+        wk("decode").same_storage(&wk("prefill")),
         "decode and prefill hold separate copies of wk"
     );
 }

@@ -3,6 +3,7 @@
 //! in the crate builds, checks, reads, writes or prints this.
 
 pub(crate) mod args;
+pub(crate) mod bytes;
 pub(crate) mod identifier;
 pub(crate) mod op;
 pub(crate) mod program;

@@ -1,17 +1,16 @@
 //! Constant tensor data in its storage layout (little-endian, sub-byte types packed LSB-first).
 
-use std::sync::Arc;
-
 use half::f16;
 
 use crate::error::{MilError, Result};
+use crate::ir::bytes::SharedBytes;
 use crate::ir::types::{DType, TensorType};
 
 /// Immutable constant data. Cloning shares the bytes; identical bytes are written once per package.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct TensorData {
     ty: TensorType,
-    bytes: Arc<[u8]>,
+    bytes: SharedBytes,
 }
 
 impl std::fmt::Debug for TensorData {
@@ -35,7 +34,7 @@ impl TensorData {
     pub fn from_bytes(
         dtype: DType,
         shape: impl Into<Vec<usize>>,
-        bytes: impl Into<Arc<[u8]>>,
+        bytes: impl Into<SharedBytes>,
     ) -> Result<Self> {
         let ty = TensorType::new(dtype, shape);
         if ty.checked_numel().is_none() {
@@ -168,8 +167,8 @@ impl TensorData {
         &self.bytes
     }
 
-    /// The shared byte buffer (pointer equality means the same weight).
-    pub fn shared_bytes(&self) -> &Arc<[u8]> {
+    /// The shared bytes ([`SharedBytes::same_storage`] means the same weight).
+    pub fn shared_bytes(&self) -> &SharedBytes {
         &self.bytes
     }
 
