@@ -22,7 +22,8 @@ import sys
 import tempfile
 import time
 
-import numpy as np
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tools"))
+from llama_cpp_peer import LlamaEngine, dequantized_gguf, llama_quantized_gguf  # noqa: E402
 
 MODELS = [
     ("SmolLM2-135M", "smollm2-135m-instruct.Q4_1.gguf"),
@@ -35,79 +36,6 @@ PROMPT_TEXT = (
     "people could think about larger problems, and each step was resisted by experts who "
     "believed that the new tools produced slower code than careful hand work."
 )
-
-
-def dequantized_gguf(src: pathlib.Path, dst: pathlib.Path, dtype: str) -> None:
-    """Writes `src` with every tensor dequantized: 2-D+ tensors as `dtype` (F16/F32), 1-D F32."""
-    import gguf
-
-    reader = gguf.GGUFReader(str(src))
-    arch = reader.fields[gguf.Keys.General.ARCHITECTURE].contents()
-    writer = gguf.GGUFWriter(str(dst), arch)
-    file_type = {"F16": gguf.LlamaFileType.MOSTLY_F16, "F32": gguf.LlamaFileType.ALL_F32}[dtype]
-    for field in reader.fields.values():
-        if field.name == gguf.Keys.General.ARCHITECTURE or field.name.startswith("GGUF."):
-            continue
-        if field.name == gguf.Keys.General.FILE_TYPE:
-            writer.add_file_type(file_type)
-            continue
-        val_type = field.types[0]
-        sub_type = field.types[-1] if val_type == gguf.GGUFValueType.ARRAY else None
-        writer.add_key_value(field.name, field.contents(), val_type, sub_type=sub_type)
-    for t in reader.tensors:
-        values = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32)
-        if values.ndim >= 2 and dtype == "F16":
-            writer.add_tensor(t.name, values.astype(np.float16), raw_dtype=gguf.GGMLQuantizationType.F16)
-        else:
-            writer.add_tensor(t.name, values, raw_dtype=gguf.GGMLQuantizationType.F32)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-
-
-def llama_quantized_gguf(src: pathlib.Path, dst: pathlib.Path, kind: str, threads: int) -> None:
-    """Writes `src` (an F16 GGUF) quantized by llama.cpp itself to Q8_0 or Q4_0."""
-    import ctypes
-
-    import llama_cpp
-
-    params = llama_cpp.llama_model_quantize_default_params()
-    params.ftype = {"Q8_0": llama_cpp.LLAMA_FTYPE_MOSTLY_Q8_0,
-                    "Q4_0": llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_0}[kind]
-    params.nthread = threads
-    rc = llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(params))
-    if rc != 0:
-        raise SystemExit(f"llama.cpp could not quantize {src} to {kind} (code {rc})")
-
-
-class LlamaEngine:
-    def __init__(self, path, threads, context):
-        from llama_cpp import Llama
-
-        self.llm = Llama(model_path=str(path), n_ctx=context, n_batch=context, n_ubatch=context,
-                         n_threads=threads, n_threads_batch=threads, verbose=False)
-
-    def greedy(self, prompt, n):
-        self.llm.reset()
-        self.llm.eval(prompt)
-        out = []
-        for _ in range(n):
-            tok = int(np.argmax(self.llm.scores[self.llm.n_tokens - 1]))
-            out.append(tok)
-            self.llm.eval([tok])
-        return out
-
-    def timed(self, prompt, forced):
-        self.llm.reset()
-        t0 = time.perf_counter()
-        self.llm.eval(prompt)
-        _ = self.llm.scores[self.llm.n_tokens - 1][0]
-        t1 = time.perf_counter()
-        for tok in forced:
-            self.llm.eval([tok])
-        t2 = time.perf_counter()
-        return len(prompt) / (t1 - t0), len(forced) / (t2 - t1)
 
 
 def anemone_run(binary, model, prompt, forced, threads, extra):

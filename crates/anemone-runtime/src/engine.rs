@@ -550,6 +550,9 @@ pub struct TimedRun {
     pub prefill_s: f64,
     /// Seconds of each single-token step after the first token.
     pub token_s: Vec<f64>,
+    /// The token each single-token step fed (the greedy path; what a peer engine is
+    /// teacher-forced along to do the same work).
+    pub fed: Vec<u32>,
 }
 
 impl Engine {
@@ -572,16 +575,19 @@ impl Engine {
         let mut logits = session.feed(prompt_ids)?;
         let prefill_s = started.elapsed().as_secs_f64();
         let mut token_s = Vec::with_capacity(gen);
+        let mut fed = Vec::with_capacity(gen);
         for _ in 1..gen {
             let token = sampler.sample(&logits);
             let step = Instant::now();
             logits = session.feed(&[token])?;
             token_s.push(step.elapsed().as_secs_f64());
+            fed.push(token);
         }
         Ok(TimedRun {
             prompt_tokens: prompt_ids.len(),
             prefill_s,
             token_s,
+            fed,
         })
     }
 }

@@ -14,6 +14,8 @@ use clap::Args;
 use serde_json::json;
 use sha2::Digest;
 
+use super::bench_peer::{self, GgufType, LlamaCppPeer};
+
 /// Benchmark a checkpoint or bundle locally, or a running server (--url).
 ///
 /// Local: the model is loaded once (load time reported apart), then --warmup untimed and --runs
@@ -25,9 +27,16 @@ use sha2::Digest;
 /// words (or lines of --prompt-file) with max_tokens --gen; reports throughput, TTFT and
 /// inter-token latency p50/p95 and errors. Works against any OpenAI-compatible server.
 ///
+/// With --llama-cpp SOURCE.gguf, llama.cpp (through llama-cpp-python, run by --python) is
+/// measured in the same run as a peer: round by round with anemone, on the same prompt,
+/// teacher-forced along anemone's greedy tokens, on SOURCE made into the GGUF of equal precision
+/// (F16 for an fp16 bundle, F32 for an fp32 bundle or a checkpoint; --llama-cpp-type otherwise),
+/// written to a temporary directory and removed afterwards. Prints anemone / llama.cpp ratios.
+///
 /// Examples:
 ///   anemone bench models/smollm2-135m-instruct.Q4_1.gguf --prompt-len 128 --gen 32 --runs 3
 ///   anemone bench smollm2.bundle --backend executor --json > bench.json
+///   anemone bench smollm2.bundle --llama-cpp models/smollm2-135m-instruct.Q4_1.gguf --threads 2
 ///   anemone bench --url http://127.0.0.1:8080 --model-name smollm2 --concurrency 8 --requests 32
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
@@ -63,6 +72,16 @@ pub struct BenchArgs {
     /// One JSON object on stdout instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// Local mode: also measure llama.cpp on this GGUF (the model's source), as a peer.
+    #[arg(long, value_name = "SOURCE.gguf")]
+    pub llama_cpp: Option<PathBuf>,
+    /// The GGUF llama.cpp runs, made from --llama-cpp (default: equal precision, F16 or F32).
+    #[arg(long, value_enum, requires = "llama_cpp")]
+    pub llama_cpp_type: Option<GgufType>,
+    /// The Python with llama-cpp-python and gguf that runs the peer (default: $ANEMONE_PYTHON,
+    /// else python3).
+    #[arg(long, requires = "llama_cpp")]
+    pub python: Option<PathBuf>,
     /// Server mode: base URL of an OpenAI-compatible server.
     #[arg(long)]
     pub url: Option<String>,
@@ -109,6 +128,11 @@ fn run_local(args: &BenchArgs, path: &Path) -> Result<()> {
         (None, false) => Arithmetic::Fp32,
     };
     let hashes = model_hashes(path, is_bundle)?;
+    let mut peer = match &args.llama_cpp {
+        Some(src) => Some(start_peer(args, src, path, is_bundle, precision)?),
+        None => None,
+    };
+    let mut peer_runs: Vec<TimedRun> = Vec::new();
     let mut results = Vec::new();
     for kind in kinds {
         let choice = args.coreml.choice(kind, precision, args.threads);
@@ -130,6 +154,13 @@ fn run_local(args: &BenchArgs, path: &Path) -> Result<()> {
         let mut runs: Vec<TimedRun> = Vec::new();
         for i in 0..args.warmup + args.runs {
             let run = engine.timed_run(&prompt, args.gen.max(1))?;
+            // the peer's round right after anemone's, along the same tokens
+            if let Some(peer) = peer.as_mut() {
+                let peer_run = peer.timed(&prompt, &run.fed)?;
+                if i >= args.warmup {
+                    peer_runs.push(peer_run);
+                }
+            }
             if i >= args.warmup {
                 runs.push(run);
             }
@@ -155,6 +186,7 @@ fn run_local(args: &BenchArgs, path: &Path) -> Result<()> {
         results.push(result);
     }
     let peak_rss = peak_rss_bytes();
+    let peer_result = peer.map(|p| peer_summary(&p, &peer_runs, &mut results));
     if args.json {
         let mut report = provenance();
         report["model"] = json!(path);
@@ -168,6 +200,7 @@ fn run_local(args: &BenchArgs, path: &Path) -> Result<()> {
             ("threads", json!(args.threads)),
             ("peak_rss_bytes", json!(peak_rss)),
             ("results", json!(results)),
+            ("peer", json!(peer_result)),
         ] {
             report[key] = value;
         }
@@ -198,9 +231,94 @@ fn run_local(args: &BenchArgs, path: &Path) -> Result<()> {
                 f("token_p95_s") * 1e3
             );
         }
+        if let Some(p) = &peer_result {
+            let f = |k: &str| p[k].as_f64().unwrap_or(0.0);
+            println!(
+                "{:<22} {:>8.2} {:>9.1} {:>12.1} {:>11.1} {:>10.2} {:>10.2}",
+                p["engine"].as_str().unwrap_or(""),
+                f("load_s"),
+                f("ttft_s") * 1e3,
+                f("prefill_tok_s"),
+                f("decode_tok_s"),
+                f("token_p50_s") * 1e3,
+                f("token_p95_s") * 1e3
+            );
+            for r in &results {
+                let ratio = |k: &str| r["ratio_to_peer"][k].as_f64().unwrap_or(0.0);
+                println!(
+                    "{} / {}: prefill {:.2}×, decode {:.2}×",
+                    r["engine"].as_str().unwrap_or(""),
+                    p["engine"].as_str().unwrap_or(""),
+                    ratio("prefill"),
+                    ratio("decode")
+                );
+            }
+        }
         println!("peak RSS: {:.1} MiB", peak_rss as f64 / (1 << 20) as f64);
     }
     Ok(())
+}
+
+/// Starts the llama.cpp peer on `src` at the precision of `model` (or --llama-cpp-type).
+fn start_peer(
+    args: &BenchArgs,
+    src: &Path,
+    model: &Path,
+    is_bundle: bool,
+    precision: Arithmetic,
+) -> Result<LlamaCppPeer> {
+    if !src.is_file() {
+        bail!("--llama-cpp {}: no such GGUF file", src.display());
+    }
+    let ty = match args.llama_cpp_type {
+        Some(ty) => ty,
+        None if is_bundle
+            && anemone_models::bundle::read_manifest(model)?
+                .compression
+                .is_some() =>
+        {
+            bail!(
+                "{} is a compressed bundle: give the llama.cpp type of equal bits with \
+                 --llama-cpp-type (q8_0 for int8, q4_0 for int4)",
+                model.display()
+            )
+        }
+        None => match precision {
+            Arithmetic::Fp32 => GgufType::F32,
+            Arithmetic::Fp16 | Arithmetic::Fp16Acc => GgufType::F16,
+        },
+    };
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let context = args.prompt_len.max(1) + args.gen.max(1);
+    let python = bench_peer::python(args.python.as_ref());
+    LlamaCppPeer::start(&python, src, ty, threads, context)
+}
+
+/// The peer's summary row; adds each anemone result's `ratio_to_peer` (anemone / peer tok/s).
+fn peer_summary(
+    peer: &LlamaCppPeer,
+    runs: &[TimedRun],
+    results: &mut [serde_json::Value],
+) -> serde_json::Value {
+    let load_s = peer.ready["load_s"].as_f64().unwrap_or(0.0);
+    let mut row = summary(peer.label.clone(), load_s, runs);
+    row["ready"] = peer.ready.clone();
+    row["peak_rss_bytes"] = json!(peer.peak_rss_bytes);
+    let tok_s = |r: &serde_json::Value, k: &str| r[k].as_f64().unwrap_or(0.0);
+    for r in results.iter_mut() {
+        let ratio = |k: &str| match tok_s(&row, k) {
+            peer if peer > 0.0 => tok_s(r, k) / peer,
+            _ => 0.0,
+        };
+        r["ratio_to_peer"] = json!({
+            "peer": peer.label,
+            "prefill": ratio("prefill_tok_s"),
+            "decode": ratio("decode_tok_s"),
+        });
+    }
+    row
 }
 
 fn label(is_bundle: bool, kind: BackendKind) -> String {

@@ -1,6 +1,7 @@
 //! One module per verb.
 
 pub mod bench;
+pub mod bench_peer;
 pub mod bisect;
 pub mod bisect_child;
 pub mod clean;

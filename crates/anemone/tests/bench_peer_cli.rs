@@ -1,0 +1,185 @@
+//! `anemone bench --llama-cpp`: the peer runs round by round with anemone along anemone's own
+//! tokens and the ratios are anemone / peer. The peer here is a stand-in that speaks the peer's
+//! protocol with known timings (llama-cpp-python is not installed for the tests); the real peer
+//! is `tools/llama_cpp_peer.py`, run by `benches/exec_vs_llamacpp.sh` too.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+/// A small bundle of the qwen3_gqa4 fixture (context 32, prefill 4).
+fn bundle(dir: &Path) -> PathBuf {
+    let bundle = dir.join("b");
+    let fixture = support::fixture("qwen3_gqa4");
+    let out = support::anemone(&[
+        "convert",
+        fixture.to_str().unwrap(),
+        "--out",
+        bundle.to_str().unwrap(),
+        "--context",
+        "32",
+        "--prefill-len",
+        "4",
+    ]);
+    assert!(out.status.success(), "{}", support::text(&out.stderr));
+    bundle
+}
+
+/// An executable `python` at `dir` running `body` (a Python program) with python3, ignoring the
+/// script anemone passes; returns its path.
+fn stand_in_python(dir: &Path, body: &str) -> PathBuf {
+    let program = dir.join("peer.py");
+    std::fs::write(&program, body).unwrap();
+    let python = dir.join("python");
+    std::fs::write(
+        &python,
+        format!("#!/bin/sh\nexec python3 {} \"$@\"\n", program.display()),
+    )
+    .unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    python
+}
+
+/// Replies 0.5 s per prompt and 0.125 s per forced token, and logs argv and every request.
+const STAND_IN: &str = r#"
+import json, sys
+log = open(sys.argv[0].replace("peer.py", "requests.jsonl"), "w")
+log.write(json.dumps(sys.argv[1:]) + "\n")
+print(json.dumps({"ready": True, "gguf": "stand-in", "load_s": 0.25}), flush=True)
+for line in sys.stdin:
+    request = json.loads(line)
+    log.write(line); log.flush()
+    print(json.dumps({"prefill_s": 0.5, "token_s": [0.125] * len(request["forced"]),
+                      "peak_rss_bytes": 1 << 20}), flush=True)
+"#;
+
+#[test]
+fn bench_runs_the_peer_along_anemones_tokens_and_reports_ratios() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = bundle(dir.path());
+    let python = stand_in_python(dir.path(), STAND_IN);
+    let source = dir.path().join("source.gguf");
+    std::fs::write(&source, b"GGUF").unwrap();
+    let out = support::anemone(&[
+        "bench",
+        bundle.to_str().unwrap(),
+        "--llama-cpp",
+        source.to_str().unwrap(),
+        "--python",
+        python.to_str().unwrap(),
+        "--prompt-len",
+        "4",
+        "--gen",
+        "3",
+        "--runs",
+        "2",
+        "--warmup",
+        "1",
+        "--threads",
+        "1",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", support::text(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let peer = &report["peer"];
+    assert_eq!(
+        peer["engine"], "llama.cpp F16",
+        "an fp16 bundle is compared with F16"
+    );
+    assert_eq!(
+        peer["prefill_tok_s"], 8.0,
+        "4 prompt tokens in 0.5 s: {peer:#}"
+    );
+    assert_eq!(peer["decode_tok_s"], 8.0, "0.125 s per token: {peer:#}");
+    assert_eq!(
+        peer["raw"].as_array().unwrap().len(),
+        2,
+        "warm-up runs not counted"
+    );
+    let result = &report["results"][0];
+    let ratio = &result["ratio_to_peer"];
+    let anemone_prefill = result["prefill_tok_s"].as_f64().unwrap();
+    let anemone_decode = result["decode_tok_s"].as_f64().unwrap();
+    assert_eq!(ratio["prefill"].as_f64().unwrap(), anemone_prefill / 8.0);
+    assert_eq!(ratio["decode"].as_f64().unwrap(), anemone_decode / 8.0);
+
+    // one request per round (warm-up included), each along the tokens anemone fed that round
+    let log = std::fs::read_to_string(dir.path().join("requests.jsonl")).unwrap();
+    let mut lines = log.lines();
+    let argv: Vec<String> = serde_json::from_str(lines.next().unwrap()).unwrap();
+    let at = argv.iter().position(|a| a == "--type").unwrap();
+    assert_eq!(argv[at + 1], "F16");
+    assert!(
+        argv.contains(&source.to_str().unwrap().to_string()),
+        "{argv:?}"
+    );
+    let requests: Vec<Value> = lines.map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(requests.len(), 3);
+    let raw = result["raw"].as_array().unwrap();
+    for (request, run) in requests[1..].iter().zip(raw) {
+        assert_eq!(request["prompt"].as_array().unwrap().len(), 4);
+        assert_eq!(
+            request["forced"], run["fed"],
+            "the peer is forced along anemone's tokens"
+        );
+        assert_eq!(request["forced"].as_array().unwrap().len(), 2);
+    }
+}
+
+#[test]
+fn bench_peer_errors_name_the_cause_and_leave_nothing_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = bundle(dir.path());
+    let source = dir.path().join("source.gguf");
+    std::fs::write(&source, b"GGUF").unwrap();
+    // the real peer under a Python without site-packages: llama-cpp-python and gguf are missing
+    let python = dir.path().join("bare-python");
+    std::fs::write(&python, "#!/bin/sh\nexec python3 -S \"$@\"\n").unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_anemone"))
+        .args(["bench", bundle.to_str().unwrap(), "--llama-cpp"])
+        .arg(&source)
+        .arg("--python")
+        .arg(&python)
+        .args(["--threads", "1", "--gen", "2", "--prompt-len", "4"])
+        .env("TMPDIR", tmp.path())
+        .output()
+        .unwrap();
+    let stderr = support::text(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("No module named"), "{stderr}");
+    assert!(
+        stderr.contains("pip install llama-cpp-python gguf"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_dir(tmp.path()).unwrap().count(),
+        0,
+        "the peer's temporary directory is removed"
+    );
+
+    let out = support::anemone(&[
+        "bench",
+        bundle.to_str().unwrap(),
+        "--llama-cpp",
+        "/no/such.gguf",
+    ]);
+    let stderr = support::text(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("/no/such.gguf: no such GGUF file"),
+        "{stderr}"
+    );
+}
