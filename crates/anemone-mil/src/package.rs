@@ -212,8 +212,9 @@ pub fn read_package_interface(path: &Path) -> Result<Vec<crate::FunctionInterfac
     crate::read_model_interface(&model_path.display().to_string(), &model)
 }
 
-/// A weight file mapped read-only: its tensors are read in place (no copy; only the pages in use
-/// are resident). An empty file (which cannot be mapped) is read.
+/// A weight file mapped read-only: its tensors are read in place (no copy). The map is populated
+/// when it is made (every weight of a package is used; faulting pages in on first use would move
+/// the load's cost into the first prediction). An empty file (which cannot be mapped) is read.
 fn map_weights(path: &Path) -> Result<crate::SharedBytes> {
     let file = fs::File::open(path).map_err(io_err(path))?;
     if file.metadata().map_err(io_err(path))?.len() == 0 {
@@ -221,7 +222,7 @@ fn map_weights(path: &Path) -> Result<crate::SharedBytes> {
     }
     // SAFETY: packages are never written in place — a writer stages a new package and renames
     // it over the old one (`staging`), which leaves a mapped file's inode unchanged.
-    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io_err(path))?;
+    let map = unsafe { memmap2::MmapOptions::new().populate().map(&file) }.map_err(io_err(path))?;
     Ok(crate::SharedBytes::mapped(std::sync::Arc::new(map)))
 }
 
