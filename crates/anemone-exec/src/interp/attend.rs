@@ -15,11 +15,11 @@ use crate::kernels::Accumulation;
 use crate::package::{Fused, Step};
 
 /// Steps of the pattern.
-const STEPS: usize = 6;
+pub(super) const STEPS: usize = 6;
 
 /// Whether `steps` opens with one head's six attention ops whose intermediate values die
 /// inside the pattern (so nothing else can read them).
-fn matches(steps: &[Step]) -> bool {
+pub(super) fn matches(steps: &[Step]) -> bool {
     let [s0, s1, s2, s3, s4, s5, ..] = steps else {
         return false;
     };
@@ -117,7 +117,7 @@ pub(super) fn try_run(
 }
 
 /// `[rows, cols]` of a matrix operand with unit batch dims.
-fn matrix(shape: &[usize]) -> Option<(usize, usize)> {
+pub(super) fn matrix(shape: &[usize]) -> Option<(usize, usize)> {
     let r = shape.len();
     (r >= 2 && shape[..r - 2].iter().all(|&b| b == 1)).then(|| (shape[r - 2], shape[r - 1]))
 }
