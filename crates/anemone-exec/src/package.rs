@@ -78,6 +78,8 @@ pub(crate) struct PreparedFunction {
     /// Either way the sums equal those over the expanded f32 values.
     pub half_weights: HashMap<Var, Arc<HalfWeight>>,
     pub steps: Vec<Step>,
+    /// Whether `steps[i..]` opens one head's six attention ops (`interp::attend::matches`).
+    pub head_starts: Vec<bool>,
     /// Whether the steps never enter rayon under f32 accumulation
     /// ([`crate::plan::runs_without_pool`]).
     pub without_pool: bool,
@@ -430,6 +432,9 @@ fn prepare(path: &Path, f: &Function, caches: &mut Caches) -> Result<PreparedFun
     let output_vars = f.outputs().to_vec();
     let without_pool =
         crate::plan::runs_without_pool(f, &steps, &|v| half_weights.contains_key(&v));
+    let head_starts = (0..steps.len())
+        .map(|i| crate::interp::attend::matches(&steps[i..]))
+        .collect();
     Ok(PreparedFunction {
         name: f.name().to_string(),
         signature: Signature {
@@ -444,6 +449,7 @@ fn prepare(path: &Path, f: &Function, caches: &mut Caches) -> Result<PreparedFun
         constants,
         half_weights,
         steps,
+        head_starts,
         without_pool,
     })
 }

@@ -7,7 +7,7 @@
 use anemone_backend::Tensor;
 use anemone_mil::{DType, Op, Precision};
 
-use super::attend::{matches, matrix, STEPS};
+use super::attend::{matrix, STEPS};
 use super::{finish_output, Frame, Slot};
 use crate::kernels::attend_one::{attend_one, scores_match_gemm};
 use crate::kernels::attention::{HeadWindow, Rounding};
@@ -26,9 +26,11 @@ struct Head<'f> {
 /// heads, storing their outputs and releasing their dead values as their steps would; returns
 /// how many steps ran, or `None` (nothing changed but windows the caller would set the same
 /// way) for the caller to run `steps[0]` as usual.
+/// `heads[i]`: whether `steps[i..]` opens a head (`attend::matches`, planned at load).
 pub(super) fn try_run<'a>(
     fr: &mut Frame<'a, '_>,
     steps: &'a [Step],
+    heads: &[bool],
 ) -> Result<Option<usize>, String> {
     if fr.acc != Accumulation::F32 {
         return Ok(None);
@@ -38,7 +40,7 @@ pub(super) fn try_run<'a>(
     loop {
         match steps.get(i) {
             Some(s) if matches!(s.fused, Fused::View { .. }) => i += 1,
-            Some(s) if single_query(s) && matches(&steps[i..]) => {
+            Some(s) if heads.get(i) == Some(&true) && single_query(s) => {
                 starts.push(i);
                 i += STEPS;
                 end = i;
