@@ -144,3 +144,167 @@ pub fn attend_one(
     round_if(round.out, out);
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use anemone_mil::{BinaryOp, DType, ReduceOp};
+
+    use super::*;
+    use crate::kernels::elementwise::{binary, Operand};
+    use crate::kernels::linalg::batched_matmul;
+    use crate::kernels::norm::reduce;
+
+    /// Deterministic values in about ±scale.
+    fn values(n: usize, seed: u64, scale: f32) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 2.0 * scale
+            })
+            .collect()
+    }
+
+    /// The program's six ops one by one, as the interpreter runs them.
+    fn unfused(w: &HeadWindow, r: Rounding, scores_first: bool) -> Vec<f32> {
+        let HeadWindow { d, dv, c, .. } = *w;
+        let fin = |on: bool, mut v: Vec<f32>| {
+            round_if(on, &mut v);
+            v
+        };
+        let op = |data, shape| Operand { data, shape };
+        let (sq, sk, sv, sm) = ([1, 1, d, 1], [1, 1, d, c], [1, 1, dv, c], [1, 1, 1, c]);
+        let s = batched_matmul(
+            op(w.q, &sq),
+            op(w.k, &sk),
+            true,
+            false,
+            &sm,
+            Accumulation::F32,
+        )
+        .unwrap();
+        let s = fin(r.scores, s);
+        let (a, b) = if scores_first {
+            (op(&s, &sm), op(w.mask, &sm))
+        } else {
+            (op(w.mask, &sm), op(&s, &sm))
+        };
+        let m = fin(r.masked, binary(BinaryOp::Add, DType::F32, a, b, &sm, None));
+        let mx = fin(
+            r.max,
+            reduce(ReduceOp::Max, &m, &sm, &[3], Accumulation::F32),
+        );
+        let sh = binary(
+            BinaryOp::Sub,
+            DType::F32,
+            op(&m, &sm),
+            op(&mx, &[1, 1, 1, 1]),
+            &sm,
+            None,
+        );
+        let mut p = fin(r.shifted, sh);
+        softmax(&mut p, &sm, 3, Accumulation::F32);
+        let p = fin(r.probs, p);
+        let out = batched_matmul(
+            op(w.v, &sv),
+            op(&p, &sm),
+            false,
+            true,
+            &[1, 1, dv, 1],
+            Accumulation::F32,
+        )
+        .unwrap();
+        fin(r.out, out)
+    }
+
+    fn bits(v: &[f32]) -> Vec<u32> {
+        v.iter().map(|x| x.to_bits()).collect()
+    }
+
+    #[test]
+    fn the_probe_agrees_with_gemm_on_fma_cpus() {
+        #[cfg(target_arch = "x86_64")]
+        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+            assert!(scores_match_gemm());
+        }
+    }
+
+    #[test]
+    fn one_query_gives_the_six_ops_bit_for_bit() {
+        if !scores_match_gemm() {
+            return;
+        }
+        let all = Rounding {
+            scores: true,
+            masked: true,
+            max: true,
+            shifted: true,
+            probs: true,
+            out: true,
+        };
+        let some = Rounding {
+            scores: true,
+            probs: true,
+            ..Rounding::default()
+        };
+        // (d, dv, c, filled): lane tails, a head dim of 3, a full and an almost empty window
+        for (d, dv, c, filled) in [
+            (64, 64, 512, 100),
+            (64, 64, 512, 512),
+            (3, 5, 45, 7),
+            (37, 29, 130, 1),
+            (128, 128, 1000, 999),
+            (17, 64, 2, 1),
+        ] {
+            let q = values(d, 1, 2.0);
+            let mut k = values(d * c, 2, 3.0);
+            let mut v = values(dv * c, 3, 1.0);
+            // signed zeros and stale values in the hidden slots
+            for j in (filled..c).step_by(3) {
+                k[j] = -0.0;
+                v[(dv - 1) * c + j] = -0.0;
+            }
+            let mask: Vec<f32> = (0..c)
+                .map(|j| if j < filled { 0.0 } else { -1e4 })
+                .collect();
+            let w = HeadWindow {
+                q: &q,
+                k: &k,
+                v: &v,
+                mask: &mask,
+                d,
+                dv,
+                t: 1,
+                c,
+            };
+            for r in [Rounding::default(), all, some] {
+                for scores_first in [true, false] {
+                    let mut out = vec![f32::NAN; dv];
+                    let mut scratch = Vec::new();
+                    attend_one(&w, r, scores_first, &mut scratch, &mut out).unwrap();
+                    assert_eq!(
+                        bits(&out),
+                        bits(&unfused(&w, r, scores_first)),
+                        "{d}×{dv}×{c} filled {filled} {r:?} scores first {scores_first}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn scores_are_the_fused_chain_not_the_plain_sum() {
+        // values where fused and unfused sums differ: the probe is not vacuous
+        let (d, c) = (7usize, 45usize);
+        let q = values(d, 5, 1.3);
+        let k = values(d * c, 6, 2.7);
+        let mut fused = vec![0.0f32; c];
+        scores_row(&q, &k, c, &mut fused);
+        let plain: Vec<f32> = (0..c)
+            .map(|j| (1..d).fold(k[j] * q[0], |acc, i| acc + k[i * c + j] * q[i]))
+            .collect();
+        assert_ne!(bits(&fused), bits(&plain));
+    }
+}
