@@ -125,6 +125,8 @@ pub fn attend_one(
     if scores_first {
         s.iter_mut().zip(w.mask).for_each(|(x, &m)| *x += m);
     } else {
+        // the op's operand order (which of two NaNs' payloads an x86 add keeps)
+        #[allow(clippy::assign_op_pattern)]
         s.iter_mut().zip(w.mask).for_each(|(x, &m)| *x = m + *x);
     }
     round_if(round.masked, s);
