@@ -72,6 +72,29 @@ impl ExecutorBackend {
     }
 }
 
+impl ExecutorBackend {
+    /// Runs `run` (a predict of `function`) with this backend's threads: a function that never
+    /// forks onto a pool (a single-token step, [`LoadedPackage::runs_without_pool`]) runs on
+    /// the calling thread with the team, so a decode step costs no hand-over to a pool worker
+    /// and leaves no idle worker spinning; any other runs inside the pool. The values are the
+    /// same either way.
+    fn on_threads<R: Send>(
+        &self,
+        package: &LoadedPackage,
+        function: &str,
+        run: impl FnOnce() -> Result<R, ExecError> + Send,
+    ) -> Result<R, ExecError> {
+        match (&self.pool, &self.team) {
+            (Some(_), Some(team)) if package.runs_without_pool(function)? => {
+                team::with_team(team, run)
+            }
+            (Some(pool), Some(team)) => pool.install(|| team::with_team(team, run)),
+            (Some(pool), None) => pool.install(run),
+            (None, _) => run(),
+        }
+    }
+}
+
 impl Backend for ExecutorBackend {
     type Package = LoadedPackage;
     type State = State;
@@ -109,12 +132,8 @@ impl Backend for ExecutorBackend {
         inputs: &HashMap<String, Tensor>,
         state: &mut Self::State,
     ) -> Result<HashMap<String, Tensor>, Self::Error> {
-        let mut run = || package.predict(function, inputs, state);
-        match (&self.pool, &self.team) {
-            (Some(pool), Some(team)) => pool.install(|| team::with_team(team, run)),
-            (Some(pool), None) => pool.install(run),
-            (None, _) => run(),
-        }
+        let run = || package.predict(function, inputs, state);
+        self.on_threads(package, function, run)
     }
 
     fn predict_checked(
@@ -125,18 +144,14 @@ impl Backend for ExecutorBackend {
         state: &mut Self::State,
     ) -> Result<CheckedOutputs, Self::Error> {
         let mut first_non_finite = None;
-        let mut run = || {
+        let run = || {
             package.predict_observed(function, inputs, state, &mut |o| {
                 if first_non_finite.is_none() && o.tensor.data.iter().any(|v| !v.is_finite()) {
                     first_non_finite = Some(format!("{} ({})", o.op, o.op_type));
                 }
             })
         };
-        let outputs = match (&self.pool, &self.team) {
-            (Some(pool), Some(team)) => pool.install(|| team::with_team(team, run))?,
-            (Some(pool), None) => pool.install(run)?,
-            (None, _) => run()?,
-        };
+        let outputs = self.on_threads(package, function, run)?;
         Ok((outputs, first_non_finite))
     }
 

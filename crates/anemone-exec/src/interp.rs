@@ -12,7 +12,8 @@ use crate::kernels::elementwise::Operand;
 use crate::kernels::{elementwise, fp16acc, gemm_f16, linalg, norm, shape, Accumulation};
 use crate::package::{Fused, LoadedPackage, PreparedFunction, State, Step};
 
-mod attend;
+pub(crate) mod attend;
+mod decode_attend;
 mod projections;
 mod window;
 
@@ -210,11 +211,18 @@ impl LoadedPackage {
                 op_type: step.op.mil_type(),
                 detail,
             };
-            // a head's attention over the filled KV columns only (an observer sees every op)
+            // a decode step's heads as one kernel each, over the team; a prefill head's
+            // attention over the filled KV columns only (an observer sees every op)
             if observer.is_none() {
                 let steps = &f.steps[next..];
-                if let Some(n) =
-                    attend::try_run(&mut frame, steps, &mut hidden_memo).map_err(op_err)?
+                let heads = &f.head_starts[next..];
+                if let Some(n) = decode_attend::try_run(&mut frame, steps, heads).map_err(op_err)? {
+                    hidden_memo = None;
+                    next += n;
+                    continue;
+                }
+                if let Some(n) = attend::try_run(&mut frame, steps, heads[0], &mut hidden_memo)
+                    .map_err(op_err)?
                 {
                     next += n;
                     continue;

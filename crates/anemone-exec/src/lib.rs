@@ -35,7 +35,11 @@
 //!   kernels ([`kernels::quant`]) that form them in registers and sum in the order of the fp16
 //!   dot; wide steps expand them into a reused f32 buffer. Other constants are held as f32;
 //! - a prefill window's per-head attention runs over the filled KV slots only when the skipped
-//!   ones provably contribute exact zeros ([`kernels::attention`]): the same values as over all.
+//!   ones provably contribute exact zeros ([`kernels::attention`]): the same values as over all;
+//! - a decode step's per-head attention runs as one kernel per head ([`kernels::attend_one`]):
+//!   the six ops' element operations, sum orders and roundings, the scores summed in the order
+//!   of `gemm`'s single-row product (checked once against `gemm` on the running CPU; otherwise
+//!   the ops run one by one).
 //!
 //! [`Accumulation::Fp16Blocks`] (`--precision fp16-acc`) keeps the rounding above and makes
 //! every sum inside an op accumulate in fp16 blocks ([`kernels::fp16acc`]): the pessimistic

@@ -78,6 +78,11 @@ pub(crate) struct PreparedFunction {
     /// Either way the sums equal those over the expanded f32 values.
     pub half_weights: HashMap<Var, Arc<HalfWeight>>,
     pub steps: Vec<Step>,
+    /// Whether `steps[i..]` opens one head's six attention ops (`interp::attend::matches`).
+    pub head_starts: Vec<bool>,
+    /// Whether the steps never enter rayon under f32 accumulation
+    /// ([`crate::plan::runs_without_pool`]).
+    pub without_pool: bool,
 }
 
 /// A package loaded from disk and prepared for execution in one precision.
@@ -236,6 +241,14 @@ impl LoadedPackage {
                 function: name.to_string(),
                 available: self.function_names().collect::<Vec<_>>().join(", "),
             })
+    }
+
+    /// Whether `function` runs without forking onto a thread pool (its parallel regions, if
+    /// any, run on the decode [`crate::team`]): true of single-token steps with f32
+    /// accumulation. Such a function is best run on the calling thread.
+    pub fn runs_without_pool(&self, function: &str) -> Result<bool> {
+        Ok(self.accumulation == crate::kernels::Accumulation::F32
+            && self.function(function)?.without_pool)
     }
 
     /// The inputs, states and outputs of `function`.
@@ -417,6 +430,11 @@ fn prepare(path: &Path, f: &Function, caches: &mut Caches) -> Result<PreparedFun
     let input_vars: Vec<Var> = f.tensor_inputs().collect();
     let state_vars: Vec<Var> = f.state_inputs().collect();
     let output_vars = f.outputs().to_vec();
+    let without_pool =
+        crate::plan::runs_without_pool(f, &steps, &|v| half_weights.contains_key(&v));
+    let head_starts = (0..steps.len())
+        .map(|i| crate::interp::attend::matches(&steps[i..]))
+        .collect();
     Ok(PreparedFunction {
         name: f.name().to_string(),
         signature: Signature {
@@ -431,6 +449,8 @@ fn prepare(path: &Path, f: &Function, caches: &mut Caches) -> Result<PreparedFun
         constants,
         half_weights,
         steps,
+        head_starts,
+        without_pool,
     })
 }
 

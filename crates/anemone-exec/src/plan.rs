@@ -4,6 +4,7 @@
 use anemone_mil::{DType, Function, Op, Var};
 
 use crate::decompress::strides;
+use crate::kernels::linalg::PARALLEL_WORK;
 use crate::package::{Fused, Step};
 
 /// Fills each step's `release` (values dead after it) and `movable` (operands it may take).
@@ -190,4 +191,49 @@ fn view_offset(step: &Step, shape: &[usize]) -> Option<usize> {
     let first_wide = (0..rank).find(|&a| extent[a] > 1).unwrap_or(rank);
     let whole_after = (first_wide + 1..rank).all(|a| begin[a] == 0 && extent[a] == shape[a]);
     whole_after.then(|| begin.iter().zip(strides(shape)).map(|(b, s)| b * s).sum())
+}
+
+/// Whether running `steps` with f32 accumulation never enters rayon: every product is a
+/// single-token projection (its parallel region runs on the decode [`crate::team`]), a matvec
+/// (the same), or a `gemm` too small to be spread over a pool ([`PARALLEL_WORK`]); nothing else
+/// forks. Shapes are static, so this holds for every call. Such a function (a decode step) may
+/// run on the calling thread with its team instead of being handed to a pool's worker; where
+/// it runs never changes its values.
+pub(crate) fn runs_without_pool(f: &Function, steps: &[Step], half: &dyn Fn(Var) -> bool) -> bool {
+    let single_position = |x: Var| {
+        let s = &f.tensor_type(x).shape;
+        s.len() == 4 && s.iter().product::<usize>() == s[1]
+    };
+    steps.iter().all(|s| match &s.op {
+        Op::Conv {
+            x, weight, params, ..
+        } => {
+            let w = &f.tensor_type(*weight).shape;
+            let pointwise = w.len() == 4
+                && w[2..] == [1, 1]
+                && params.strides == [1, 1]
+                && params.pad == [0, 0, 0, 0];
+            // a pointwise conv of one position is a matvec per group
+            pointwise && single_position(*x)
+        }
+        Op::Linear { x, weight, .. } => {
+            let (xs, w) = (&f.tensor_type(*x).shape, &f.tensor_type(*weight).shape);
+            let rows = xs.iter().product::<usize>() / w.get(1).copied().unwrap_or(1).max(1);
+            let work = rows * w.iter().product::<usize>();
+            (rows == 1 && half(*weight)) || work < PARALLEL_WORK
+        }
+        Op::Matmul { x, transpose_x, .. } => {
+            let (xs, out) = (&f.tensor_type(*x).shape, &s.out_types[0].shape);
+            let (Some(&m), Some(&n)) = (out.iter().rev().nth(1), out.last()) else {
+                return false;
+            };
+            let k = match (transpose_x, xs.len()) {
+                (_, 0 | 1) => return false,
+                (false, r) => xs[r - 1],
+                (true, r) => xs[r - 2],
+            };
+            n == 1 || m * n * k < PARALLEL_WORK
+        }
+        _ => true,
+    })
 }

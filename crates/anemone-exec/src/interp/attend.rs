@@ -15,11 +15,11 @@ use crate::kernels::Accumulation;
 use crate::package::{Fused, Step};
 
 /// Steps of the pattern.
-const STEPS: usize = 6;
+pub(super) const STEPS: usize = 6;
 
 /// Whether `steps` opens with one head's six attention ops whose intermediate values die
 /// inside the pattern (so nothing else can read them).
-fn matches(steps: &[Step]) -> bool {
+pub(crate) fn matches(steps: &[Step]) -> bool {
     let [s0, s1, s2, s3, s4, s5, ..] = steps else {
         return false;
     };
@@ -95,12 +95,14 @@ fn matches(steps: &[Step]) -> bool {
 /// Runs the six steps opening `steps` as one when they are a head's attention whose hidden
 /// columns can be skipped exactly (their output stored, their dead values released); returns
 /// how many steps ran, or `None` (nothing done) for the caller to run `steps[0]` as usual.
+/// `head`: whether `steps` opens a head ([`matches`], planned at load).
 pub(super) fn try_run(
     fr: &mut Frame,
     steps: &[Step],
+    head: bool,
     memo: &mut HiddenMemo,
 ) -> Result<Option<usize>, String> {
-    if fr.acc != Accumulation::F32 || !matches(steps) {
+    if fr.acc != Accumulation::F32 || !head {
         return Ok(None);
     }
     let group = &steps[..STEPS];
@@ -117,7 +119,7 @@ pub(super) fn try_run(
 }
 
 /// `[rows, cols]` of a matrix operand with unit batch dims.
-fn matrix(shape: &[usize]) -> Option<(usize, usize)> {
+pub(super) fn matrix(shape: &[usize]) -> Option<(usize, usize)> {
     let r = shape.len();
     (r >= 2 && shape[..r - 2].iter().all(|&b| b == 1)).then(|| (shape[r - 2], shape[r - 1]))
 }

@@ -162,12 +162,18 @@ impl Projection<'_> {
         }
     }
 
-    fn rows_per_block(&self, k: usize) -> usize {
+    /// Rows per block: blocks of about [`MATVEC_BLOCK_BYTES`], as many as a multiple of the
+    /// region's `threads` and of equal size, so the threads of a region finish together.
+    fn rows_per_block(&self, k: usize, threads: usize) -> usize {
         let row_bytes = match self.w {
             RowWeights::F16(_) => 2 * k,
             RowWeights::F32(_) => 4 * k,
         };
-        (MATVEC_BLOCK_BYTES / row_bytes.max(1)).clamp(1, 1024)
+        let rows = self.dst.len().max(1);
+        let blocks = (rows * row_bytes)
+            .div_ceil(MATVEC_BLOCK_BYTES)
+            .next_multiple_of(threads.max(1));
+        rows.div_ceil(blocks).clamp(1, 1024)
     }
 }
 
@@ -196,11 +202,18 @@ pub fn matvec_group(group: &mut [Projection], x: &[f32]) -> Result<(), String> {
         w: RowWeights<'a>,
         accumulate: bool,
     }
+    let work: usize = group.iter().map(|p| p.dst.len() * k).sum();
+    let team = if work >= PARALLEL_WORK {
+        crate::team::current()
+    } else {
+        None
+    };
+    let threads = team.as_ref().map_or(1, |t| t.threads());
     let mut jobs = Vec::with_capacity(group.len());
-    let (mut blocks, mut work) = (0, 0);
+    let mut blocks = 0;
     for p in group.iter_mut() {
         let rows = p.dst.len();
-        let rows_per_block = p.rows_per_block(k);
+        let rows_per_block = p.rows_per_block(k, threads);
         jobs.push(Job {
             out: crate::team::SharedOut::new(p.dst),
             rows,
@@ -210,7 +223,6 @@ pub fn matvec_group(group: &mut [Projection], x: &[f32]) -> Result<(), String> {
             accumulate: p.accumulate,
         });
         blocks += rows.div_ceil(rows_per_block);
-        work += rows * k;
     }
     let (dot16, dot32) = (simd::dot_f16_kernel(), simd::dot_f32_kernel());
     let run_block = |b: usize| {
@@ -241,11 +253,6 @@ pub fn matvec_group(group: &mut [Projection], x: &[f32]) -> Result<(), String> {
                 }
             }
         }
-    };
-    let team = if work >= PARALLEL_WORK {
-        crate::team::current()
-    } else {
-        None
     };
     crate::team::for_each_block(team.as_deref(), blocks, &run_block);
     Ok(())

@@ -1,6 +1,7 @@
 //! Numeric kernels on flat row-major f32 buffers; shapes were checked by the program's type
 //! inference when it was decoded, so kernels index without re-validating operands.
 
+pub mod attend_one;
 pub mod attention;
 pub mod elementwise;
 pub mod fp16acc;

@@ -1,0 +1,184 @@
+//! A decode step's attention: a run of single-query heads (each the six ops `matmul → add mask
+//! → reduce_max → sub → softmax → matmul`, with the KV windows they read between them) computed
+//! by [`attend_one`] — the six ops' values bit for bit — the heads spread over the decode team.
+//!
+//! [`attend_one`]: crate::kernels::attend_one::attend_one
+
+use anemone_backend::Tensor;
+use anemone_mil::{DType, Op, Precision};
+
+use super::attend::{matrix, STEPS};
+use super::{finish_output, Frame, Slot};
+use crate::kernels::attend_one::{attend_one, scores_match_gemm};
+use crate::kernels::attention::{HeadWindow, Rounding};
+use crate::kernels::Accumulation;
+use crate::package::{Fused, Step};
+use crate::team::{self, SharedOut};
+
+/// One head of the run: its operands.
+struct Head<'f> {
+    window: HeadWindow<'f>,
+    round: Rounding,
+    scores_first: bool,
+}
+
+/// Runs the heads (and the KV windows between them) opening `steps` when they are single-query
+/// heads, storing their outputs and releasing their dead values as their steps would; returns
+/// how many steps ran, or `None` (nothing changed but windows the caller would set the same
+/// way) for the caller to run `steps[0]` as usual.
+/// `heads[i]`: whether `steps[i..]` opens a head (`attend::matches`, planned at load).
+pub(super) fn try_run<'a>(
+    fr: &mut Frame<'a, '_>,
+    steps: &'a [Step],
+    heads: &[bool],
+) -> Result<Option<usize>, String> {
+    if fr.acc != Accumulation::F32 {
+        return Ok(None);
+    }
+    // the run: windows and heads, up to the last head
+    let (mut i, mut end, mut starts) = (0, 0, Vec::new());
+    loop {
+        match steps.get(i) {
+            Some(s) if matches!(s.fused, Fused::View { .. }) => i += 1,
+            Some(s) if heads.get(i) == Some(&true) && single_query(s) => {
+                starts.push(i);
+                i += STEPS;
+                end = i;
+            }
+            _ => break,
+        }
+    }
+    if starts.is_empty() || !scores_match_gemm() {
+        return Ok(None);
+    }
+    for step in &steps[..end] {
+        if let Fused::View { state, offset } = &step.fused {
+            if let (Some(v), Some(ty)) = (step.outputs.first(), step.out_types.first()) {
+                fr.slots[v.index()] = Slot::Window {
+                    state,
+                    offset: *offset,
+                    shape: &ty.shape,
+                };
+            }
+        }
+    }
+    let Some(outs) = compute(fr, steps, &starts)? else {
+        return Ok(None);
+    };
+    for (&at, data) in starts.iter().zip(outs) {
+        let last = &steps[at + STEPS - 1];
+        let ty = &last.out_types[0];
+        let t = Tensor {
+            dtype: ty.dtype,
+            shape: ty.shape.clone(),
+            data,
+        };
+        fr.slots[last.outputs[0].index()] = Slot::Owned(finish_output(t, ty, fr.precision)?);
+    }
+    for v in steps[..end].iter().flat_map(|s| &s.release) {
+        fr.slots[v.index()] = Slot::Empty;
+    }
+    Ok(Some(end))
+}
+
+/// Whether `s` opens a head of one query row (`scores` is `[…, 1, C]`, C ≥ 2, over d ≥ 3
+/// channels: shapes `matmul` hands to `gemm`'s gemv, see [`crate::kernels::attend_one`]).
+fn single_query(s: &Step) -> bool {
+    let (Op::Matmul { .. }, Some(ty)) = (&s.op, s.out_types.first()) else {
+        return false;
+    };
+    matches!(matrix(&ty.shape), Some((1, c)) if c >= 2)
+}
+
+/// Every head's output, or `None` when one does not have the expected operands.
+fn compute(fr: &Frame, steps: &[Step], starts: &[usize]) -> Result<Option<Vec<Vec<f32>>>, String> {
+    let mut heads = Vec::with_capacity(starts.len());
+    for &at in starts {
+        let group = &steps[at..at + STEPS];
+        let (Op::Matmul { x: q, y: k, .. }, Op::Binary { x: a, y: b, .. }, Op::Matmul { x: v, .. }) =
+            (&group[0].op, &group[1].op, &group[5].op)
+        else {
+            return Ok(None);
+        };
+        let scores_first = *a == group[0].outputs[0];
+        let mask = if scores_first { *b } else { *a };
+        let (q, k, v, mask) = (
+            fr.operand(*q)?,
+            fr.operand(*k)?,
+            fr.operand(*v)?,
+            fr.operand(mask)?,
+        );
+        let out_ty = &group[5].out_types[0];
+        let shapes = (
+            matrix(q.shape),
+            matrix(k.shape),
+            matrix(v.shape),
+            matrix(mask.shape),
+            matrix(&out_ty.shape),
+        );
+        let (Some((d, 1)), Some((dk, c)), Some((dv, cv)), Some((1, cm)), Some((dvo, 1))) = shapes
+        else {
+            return Ok(None);
+        };
+        if mask.shape != group[1].out_types[0].shape.as_slice()
+            || dk != d
+            || d < 3
+            || cv != c
+            || cm != c
+            || dvo != dv
+        {
+            return Ok(None);
+        }
+        let fp16 = |s: &Step| fr.precision == Precision::Fp16 && s.out_types[0].dtype == DType::F16;
+        heads.push(Head {
+            window: HeadWindow {
+                q: q.data,
+                k: k.data,
+                v: v.data,
+                mask: mask.data,
+                d,
+                dv,
+                t: 1,
+                c,
+            },
+            round: Rounding {
+                scores: fp16(&group[0]),
+                masked: fp16(&group[1]),
+                max: fp16(&group[2]),
+                shifted: fp16(&group[3]),
+                probs: fp16(&group[4]),
+                out: fp16(&group[5]),
+            },
+            scores_first,
+        });
+    }
+    // each head writes its own range of one buffer
+    let mut offsets = Vec::with_capacity(heads.len() + 1);
+    offsets.push(0);
+    for h in &heads {
+        offsets.push(offsets[offsets.len() - 1] + h.window.dv);
+    }
+    let mut flat = vec![0.0f32; offsets[heads.len()]];
+    let out = SharedOut::new(&mut flat);
+    let failure = std::sync::Mutex::new(None);
+    let team = team::current();
+    team::for_each_block(team.as_deref(), heads.len(), &|b| {
+        let h = &heads[b];
+        // SAFETY: heads own disjoint ranges of `flat`, which outlives the region.
+        let dst = unsafe { out.slice(offsets[b]..offsets[b + 1]) };
+        let mut scratch = Vec::new();
+        if let Err(e) = attend_one(&h.window, h.round, h.scores_first, &mut scratch, dst) {
+            let mut f = failure.lock().unwrap_or_else(|e| e.into_inner());
+            f.get_or_insert(e);
+        }
+    });
+    if let Some(e) = failure.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        return Err(e);
+    }
+    Ok(Some(
+        offsets
+            .windows(2)
+            .map(|r| flat[r[0]..r[1]].to_vec())
+            .collect(),
+    ))
+}
