@@ -22,6 +22,7 @@
 mod backend;
 mod fp16;
 pub mod npy;
+pub mod team;
 mod tensor;
 
 pub use anemone_mil::Precision;

@@ -65,7 +65,8 @@ pub mod kernels;
 mod package;
 mod packed;
 mod plan;
-pub mod team;
+/// The decode team (in `anemone-backend`, shared with the fp32 reference and the host LM head).
+pub use anemone_backend::team;
 
 pub use error::{ExecError, Result};
 pub use interp::OpOutput;

@@ -1,5 +1,6 @@
-//! A small team of helper threads for the parallel regions of the single-token (decode) path:
-//! the matvecs of the projections and the host's LM head.
+//! A small team of helper threads for the parallel regions of the single-token (decode) path of
+//! every engine on the CPU: the executor's matvecs and attention heads, the host's LM head, the
+//! fp32 reference's decode step.
 //!
 //! A decode step runs a few hundred short parallel regions (one per group of projections)
 //! separated by short serial stretches. Rayon parks its idle workers after a few dozen
@@ -10,7 +11,8 @@
 //! thread computes a block never changes its values.
 //!
 //! One team per thread count is shared by the whole process ([`Team::shared`]), so the
-//! executor and the host's LM head run on the same threads (no oversubscription).
+//! executor, the host's LM head and the reference (a gate runs both) use the same threads (no
+//! oversubscription).
 
 use std::any::Any;
 use std::cell::{RefCell, UnsafeCell};
