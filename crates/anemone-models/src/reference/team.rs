@@ -1,0 +1,376 @@
+//! A small team of helper threads for the parallel regions of the reference's single-token
+//! (decode) step: the matvecs of the projections and the LM head. (The idea and most of the code
+//! of `anemone-exec`'s team, which this crate cannot depend on.)
+//!
+//! A decode step runs a few hundred short parallel regions separated by short serial stretches.
+//! Rayon parks its idle workers after a few dozen `sched_yield`s, so most regions paid a futex
+//! wake and a reschedule. Helpers of a team spin on one atomic for [`SPIN`] after their last
+//! region before they park, and a region hands out work in blocks claimed from a shared counter,
+//! so a helper that is late (parked, or preempted by another process) costs nothing: the calling
+//! thread takes its blocks. Which thread computes a block never changes its values.
+//!
+//! One team per thread count is shared by the whole process ([`Team::shared`]), so the forks
+//! of a model (and models of the same width) share their threads.
+
+use std::any::Any;
+use std::cell::UnsafeCell;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+/// How long an idle helper spins before it parks (yielding the core to any other runnable
+/// thread after [`PURE_SPIN`]).
+const SPIN: Duration = Duration::from_millis(2);
+/// How long an idle helper spins without yielding: the gap between two regions of a decode
+/// step is usually shorter.
+const PURE_SPIN: Duration = Duration::from_micros(50);
+
+/// `state`: bits 0..31 count the helpers inside the current region, bit 31 marks it closed,
+/// bits 32.. number the regions.
+const CLOSED: u64 = 1 << 31;
+const COUNT: u64 = CLOSED - 1;
+
+type Job = dyn Fn() + Sync;
+
+struct Inner {
+    state: AtomicU64,
+    /// The current region's work; written only by the leader while no helper can join.
+    job: UnsafeCell<Option<&'static Job>>,
+    /// The panic of a helper's part of a region; the leader resumes it.
+    panicked: Mutex<Option<Box<dyn Any + Send>>>,
+    sleepers: AtomicUsize,
+    lock: Mutex<()>,
+    wake: Condvar,
+    shutdown: AtomicBool,
+}
+
+// SAFETY: `job` is written only by the leader while the region is closed with no helper inside
+// (see `Team::run`), and read by helpers only after joining an open region, which the leader's
+// release store of the open state happens-before.
+unsafe impl Sync for Inner {}
+
+/// A fixed set of `threads - 1` helper threads; the thread that starts a region is the other.
+pub struct Team {
+    inner: Arc<Inner>,
+    threads: usize,
+    /// Held by the thread running a region; others (or a nested region) run alone.
+    busy: AtomicBool,
+}
+
+impl std::fmt::Debug for Team {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Team")
+            .field("threads", &self.threads)
+            .finish()
+    }
+}
+
+impl Team {
+    /// A team of `threads` threads (the caller of a region counts as one).
+    pub fn new(threads: usize) -> Result<Team, std::io::Error> {
+        let threads = threads.max(1);
+        let inner = Arc::new(Inner {
+            state: AtomicU64::new(CLOSED),
+            job: UnsafeCell::new(None),
+            panicked: Mutex::new(None),
+            sleepers: AtomicUsize::new(0),
+            lock: Mutex::new(()),
+            wake: Condvar::new(),
+            shutdown: AtomicBool::new(false),
+        });
+        for i in 1..threads {
+            let inner = inner.clone();
+            std::thread::Builder::new()
+                .name(format!("anemone-ref-team-{i}"))
+                .spawn(move || helper(&inner))?;
+        }
+        Ok(Team {
+            inner,
+            threads,
+            busy: AtomicBool::new(false),
+        })
+    }
+
+    /// The process's team of `threads` threads, made on first use and kept while anyone holds
+    /// it.
+    pub fn shared(threads: usize) -> Result<Arc<Team>, std::io::Error> {
+        static TEAMS: Mutex<Vec<(usize, Weak<Team>)>> = Mutex::new(Vec::new());
+        let threads = threads.max(1);
+        let mut teams = TEAMS.lock().unwrap_or_else(|e| e.into_inner());
+        teams.retain(|(_, w)| w.strong_count() > 0);
+        if let Some(team) = teams
+            .iter()
+            .find(|(n, _)| *n == threads)
+            .and_then(|(_, w)| w.upgrade())
+        {
+            return Ok(team);
+        }
+        let team = Arc::new(Team::new(threads)?);
+        teams.push((threads, Arc::downgrade(&team)));
+        Ok(team)
+    }
+
+    /// Runs `work` on the calling thread and on every helper that joins in time; returns when
+    /// all have returned. `work` must split its work itself (e.g. claim blocks from an atomic
+    /// counter) so that any number of callers complete it. Runs `work` on the caller alone
+    /// when the team is already running a region (another thread's, or this one's: nested).
+    pub fn run(&self, work: &(dyn Fn() + Sync)) {
+        if self.threads == 1
+            || self
+                .busy
+                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_err()
+        {
+            work();
+            return;
+        }
+        let inner = &*self.inner;
+        // SAFETY: the region is closed and empty (the previous `run` waited for its helpers),
+        // so no helper reads `job` now; the lifetime is erased only until `Region::drop` has
+        // waited for every helper that joined, before `run` returns or unwinds.
+        unsafe {
+            *inner.job.get() = Some(std::mem::transmute::<&(dyn Fn() + Sync), &'static Job>(
+                work,
+            ));
+        }
+        let epoch = (inner.state.load(Ordering::Relaxed) >> 32) + 1;
+        inner.state.store(epoch << 32, Ordering::SeqCst);
+        if inner.sleepers.load(Ordering::SeqCst) > 0 {
+            let _guard = inner.lock.lock().unwrap_or_else(|e| e.into_inner());
+            inner.wake.notify_all();
+        }
+        let region = Region { team: self };
+        work();
+        drop(region);
+        let panicked = inner
+            .panicked
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(payload) = panicked {
+            std::panic::resume_unwind(payload);
+        }
+    }
+}
+
+/// Closes the current region and waits for the helpers inside it (also when the leader's own
+/// part unwinds), then frees the team.
+struct Region<'a> {
+    team: &'a Team,
+}
+
+impl Drop for Region<'_> {
+    fn drop(&mut self) {
+        let inner = &*self.team.inner;
+        inner.state.fetch_or(CLOSED, Ordering::AcqRel);
+        let mut spins = 0u32;
+        while inner.state.load(Ordering::Acquire) & COUNT != 0 {
+            spins = spins.wrapping_add(1);
+            // a block takes microseconds: spin that long, then let others have the core
+            if spins > 1024 && spins.is_multiple_of(32) {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+        // SAFETY: closed and empty: no helper reads `job` until the next region opens.
+        unsafe { *inner.job.get() = None };
+        self.team.busy.store(false, Ordering::Release);
+    }
+}
+
+impl Drop for Team {
+    fn drop(&mut self) {
+        self.inner.shutdown.store(true, Ordering::SeqCst);
+        let _guard = self.inner.lock.lock().unwrap_or_else(|e| e.into_inner());
+        self.inner.wake.notify_all();
+    }
+}
+
+fn helper(inner: &Inner) {
+    let mut seen = inner.state.load(Ordering::Acquire) >> 32;
+    let mut idle_since = Instant::now();
+    let mut spins = 0u32;
+    loop {
+        if inner.shutdown.load(Ordering::Relaxed) {
+            return;
+        }
+        let s = inner.state.load(Ordering::Acquire);
+        let epoch = s >> 32;
+        if epoch != seen {
+            if s & CLOSED != 0 {
+                seen = epoch;
+                continue;
+            }
+            if inner
+                .state
+                .compare_exchange_weak(s, s + 1, Ordering::Acquire, Ordering::Relaxed)
+                .is_err()
+            {
+                continue;
+            }
+            seen = epoch;
+            // SAFETY: joined an open region: `job` holds its work until this helper leaves.
+            if let Some(job) = unsafe { *inner.job.get() } {
+                if let Err(payload) = catch_unwind(AssertUnwindSafe(job)) {
+                    *inner.panicked.lock().unwrap_or_else(|e| e.into_inner()) = Some(payload);
+                }
+            }
+            inner.state.fetch_sub(1, Ordering::Release);
+            idle_since = Instant::now();
+            spins = 0;
+            continue;
+        }
+        spins = spins.wrapping_add(1);
+        if !spins.is_multiple_of(32) {
+            std::hint::spin_loop();
+            continue;
+        }
+        let idle = idle_since.elapsed();
+        if idle < PURE_SPIN {
+            continue;
+        }
+        if idle < SPIN {
+            // lets a thread waiting for this core run (e.g. the leader, under load)
+            std::thread::yield_now();
+            continue;
+        }
+        let mut guard = inner.lock.lock().unwrap_or_else(|e| e.into_inner());
+        inner.sleepers.fetch_add(1, Ordering::SeqCst);
+        while inner.state.load(Ordering::SeqCst) >> 32 == seen
+            && !inner.shutdown.load(Ordering::SeqCst)
+        {
+            guard = inner.wake.wait(guard).unwrap_or_else(|e| e.into_inner());
+        }
+        inner.sleepers.fetch_sub(1, Ordering::SeqCst);
+        drop(guard);
+        idle_since = Instant::now();
+    }
+}
+
+/// Claims blocks `0..blocks` for the threads of a region: each call of `next` returns a block
+/// no other call returned.
+pub struct Blocks {
+    next: AtomicUsize,
+    blocks: usize,
+}
+
+impl Blocks {
+    pub fn new(blocks: usize) -> Self {
+        Blocks {
+            next: AtomicUsize::new(0),
+            blocks,
+        }
+    }
+
+    pub fn next(&self) -> Option<usize> {
+        let b = self.next.fetch_add(1, Ordering::Relaxed);
+        (b < self.blocks).then_some(b)
+    }
+}
+
+/// Runs `f(block)` once for every block in `0..blocks`, spread over `team` (or this thread
+/// alone when `team` is `None`).
+pub fn for_each_block(team: Option<&Team>, blocks: usize, f: &(dyn Fn(usize) + Sync)) {
+    let claims = Blocks::new(blocks);
+    let work = || {
+        while let Some(b) = claims.next() {
+            f(b);
+        }
+    };
+    match team {
+        Some(team) if blocks > 1 => team.run(&work),
+        _ => work(),
+    }
+}
+
+/// A raw view of a mutable f32 buffer that the blocks of a region write disjoint parts of.
+#[derive(Clone, Copy)]
+pub struct SharedOut {
+    ptr: *mut f32,
+    len: usize,
+}
+
+// SAFETY: used only to hand disjoint ranges of one `&mut [f32]` to the threads of a region,
+// which ends before the borrow it was made from.
+unsafe impl Send for SharedOut {}
+unsafe impl Sync for SharedOut {}
+
+impl SharedOut {
+    pub fn new(dst: &mut [f32]) -> Self {
+        SharedOut {
+            ptr: dst.as_mut_ptr(),
+            len: dst.len(),
+        }
+    }
+
+    /// # Safety
+    /// `range` lies inside the buffer, no other live slice covers it, and the buffer outlives
+    /// the returned slice.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn slice(&self, range: std::ops::Range<usize>) -> &mut [f32] {
+        debug_assert!(range.start <= range.end && range.end <= self.len);
+        std::slice::from_raw_parts_mut(self.ptr.add(range.start), range.end - range.start)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_block_runs_once_whoever_runs_it() {
+        for threads in [1, 2, 3] {
+            let team = Team::new(threads).unwrap();
+            for blocks in [0usize, 1, 2, 7, 100] {
+                for _ in 0..50 {
+                    let hits: Vec<AtomicUsize> = (0..blocks).map(|_| AtomicUsize::new(0)).collect();
+                    for_each_block(Some(&team), blocks, &|b| {
+                        hits[b].fetch_add(1, Ordering::Relaxed);
+                    });
+                    assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_nested_region_runs_on_its_caller() {
+        let team = Team::new(2).unwrap();
+        let total = AtomicUsize::new(0);
+        for_each_block(Some(&team), 4, &|_| {
+            for_each_block(Some(&team), 3, &|_| {
+                total.fetch_add(1, Ordering::Relaxed);
+            });
+        });
+        assert_eq!(total.load(Ordering::Relaxed), 12);
+    }
+
+    #[test]
+    fn a_helper_panic_reaches_the_leader_and_the_team_still_works() {
+        let team = Team::new(2).unwrap();
+        let caught = catch_unwind(AssertUnwindSafe(|| {
+            for_each_block(Some(&team), 64, &|b| {
+                if b == 63 {
+                    panic!("block {b}");
+                }
+                std::thread::sleep(Duration::from_micros(50));
+            })
+        }));
+        assert!(caught.is_err());
+        let total = AtomicUsize::new(0);
+        for_each_block(Some(&team), 10, &|_| {
+            total.fetch_add(1, Ordering::Relaxed);
+        });
+        assert_eq!(total.load(Ordering::Relaxed), 10);
+    }
+
+    #[test]
+    fn shared_teams_are_one_per_width() {
+        let a = Team::shared(3).unwrap();
+        let b = Team::shared(3).unwrap();
+        assert!(Arc::ptr_eq(&a, &b));
+        assert_eq!(Team::shared(1).unwrap().threads, 1);
+    }
+}
