@@ -32,7 +32,6 @@ impl Layout {
 
 pub struct Arena {
     storage: Storage,
-    len: usize,
 }
 
 enum Storage {
@@ -41,6 +40,8 @@ enum Storage {
         map: memmap2::MmapMut,
         /// Byte offset of element 0 in `map` (a 2 MiB boundary).
         offset: usize,
+        /// f32 elements from `offset` on.
+        len: usize,
     },
     #[cfg_attr(target_os = "linux", allow(dead_code))]
     Heap(Vec<f32>),
@@ -62,12 +63,11 @@ impl Arena {
         #[cfg(target_os = "linux")]
         {
             if let Some(storage) = Self::aligned_map(len) {
-                return Self { storage, len };
+                return Self { storage };
             }
         }
         Self {
             storage: Storage::Heap(vec![0.0; len]),
-            len,
         }
     }
 
@@ -90,7 +90,7 @@ impl Arena {
                     tracing::debug!(error = %e, "reference weights fault in on first write");
                 }
             });
-        Some(Storage::Map { map, offset })
+        Some(Storage::Map { map, offset, len })
     }
 
     pub fn get(&self, span: Span) -> &[f32] {
@@ -104,13 +104,11 @@ impl Arena {
     fn all(&self) -> &[f32] {
         match &self.storage {
             #[cfg(target_os = "linux")]
-            Storage::Map { map, offset } => {
+            Storage::Map { map, offset, len } => {
                 // SAFETY: the map holds `offset + len · 4` bytes (see `aligned_map`), page-aligned
                 // plus a multiple of 2 MiB, so f32-aligned; anonymous maps start zeroed, and
                 // every bit pattern is an f32.
-                unsafe {
-                    std::slice::from_raw_parts(map.as_ptr().add(*offset).cast::<f32>(), self.len)
-                }
+                unsafe { std::slice::from_raw_parts(map.as_ptr().add(*offset).cast::<f32>(), *len) }
             }
             Storage::Heap(v) => v,
         }
@@ -119,12 +117,12 @@ impl Arena {
     fn all_mut(&mut self) -> &mut [f32] {
         match &mut self.storage {
             #[cfg(target_os = "linux")]
-            Storage::Map { map, offset } => {
+            Storage::Map { map, offset, len } => {
                 // SAFETY: as in `all`; `&mut self` makes the borrow unique.
                 unsafe {
                     std::slice::from_raw_parts_mut(
                         map.as_mut_ptr().add(*offset).cast::<f32>(),
-                        self.len,
+                        *len,
                     )
                 }
             }

@@ -43,19 +43,26 @@ pub fn matvec(team: Option<&Team>, w: &[f32], x: &[f32], y: &mut [f32]) {
 /// The rows of `w` (`[y.len(), x.len()]`) against `x` on this thread.
 fn rows_serial(w: &[f32], x: &[f32], y: &mut [f32]) {
     let n_in = x.len();
-    let mut done = 0;
-    #[cfg(target_arch = "x86_64")]
-    {
-        if has_avx512() {
-            let quads = y.len() / 4;
-            for (q, out) in y.chunks_exact_mut(4).enumerate() {
-                let block = &w[4 * q * n_in..4 * (q + 1) * n_in];
-                // SAFETY: AVX-512F, AVX2 and FMA were detected; `block` holds four rows of n_in.
-                unsafe { dot_rows4_avx512(block, x, out) };
+    // rows already done by the four-row kernel
+    let done = {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if has_avx512() {
+                for (q, out) in y.chunks_exact_mut(4).enumerate() {
+                    let block = &w[4 * q * n_in..4 * (q + 1) * n_in];
+                    // SAFETY: AVX-512F, AVX2 and FMA were detected; `block` holds four rows.
+                    unsafe { dot_rows4_avx512(block, x, out) };
+                }
+                y.len() / 4 * 4
+            } else {
+                0
             }
-            done = 4 * quads;
         }
-    }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            0
+        }
+    };
     for (o, yo) in y.iter_mut().enumerate().skip(done) {
         *yo = dot(&w[o * n_in..(o + 1) * n_in], x);
     }
