@@ -96,6 +96,11 @@ impl Checkpoint {
         self.tensors.load_f32(name)
     }
 
+    /// [`Checkpoint::load_f32`] into a buffer the caller owns (exactly the tensor's length).
+    pub fn load_f32_into(&self, name: &str, out: &mut [f32]) -> Result<()> {
+        self.tensors.load_f32_into(name, out)
+    }
+
     /// sha256 of every source file.
     pub fn provenance(&self) -> Result<Vec<SourceFile>> {
         self.source_paths.iter().map(|p| hash_file(p)).collect()

@@ -24,11 +24,34 @@ pub trait TensorStore: Send + Sync {
     fn info(&self, name: &str) -> Option<TensorInfo>;
     /// The tensor as row-major f32 in its Hugging Face shape.
     fn load_f32(&self, name: &str) -> Result<Vec<f32>>;
+    /// [`TensorStore::load_f32`] written into `out` (exactly the tensor's element count), the
+    /// same values: a store that can convert in place overrides it so a caller that owns the
+    /// destination (the reference's weight arena) holds no second copy. The default loads, then
+    /// copies.
+    fn load_f32_into(&self, name: &str, out: &mut [f32]) -> Result<()> {
+        let values = self.load_f32(name)?;
+        check_len(name, values.len(), out)?;
+        out.copy_from_slice(&values);
+        Ok(())
+    }
     /// Linear modules the checkpoint stores fused and this store presents split (Phi-3's
     /// `qkv_proj` as `q_proj`, `k_proj`, `v_proj`): what a LoRA adapter of the fused module
     /// merges into. None for most stores.
     fn fused_modules(&self) -> Vec<FusedModule> {
         Vec::new()
+    }
+}
+
+/// An error unless `out` holds exactly `numel` values (the tensor `name` has `numel` elements).
+pub fn check_len(name: &str, numel: usize, out: &[f32]) -> Result<()> {
+    if out.len() == numel {
+        Ok(())
+    } else {
+        Err(CheckpointError::ShapeMismatch {
+            name: name.into(),
+            expected: vec![out.len()],
+            found: vec![numel],
+        })
     }
 }
 

@@ -14,7 +14,7 @@ pub use metadata::{MetaValue, Metadata};
 pub use reader::{GgufFile, TensorDesc};
 
 use crate::error::{CheckpointError, Result};
-use crate::store::{TensorInfo, TensorStore};
+use crate::store::{check_len, TensorInfo, TensorStore};
 pub use permutation::RowPermutation;
 use rayon::prelude::*;
 use std::collections::BTreeMap;
@@ -75,13 +75,23 @@ impl TensorStore for GgufStore {
     }
 
     fn load_f32(&self, name: &str) -> Result<Vec<f32>> {
+        let numel = self
+            .desc(name)
+            .ok_or_else(|| CheckpointError::MissingTensor { name: name.into() })?
+            .numel();
+        let mut out = vec![0.0f32; numel];
+        self.load_f32_into(name, &mut out)?;
+        Ok(out)
+    }
+
+    fn load_f32_into(&self, name: &str, out: &mut [f32]) -> Result<()> {
         let stored = self
             .tensors
             .get(name)
             .ok_or_else(|| CheckpointError::MissingTensor { name: name.into() })?;
         let desc = &self.file.tensors[stored.index];
+        check_len(name, desc.numel(), out)?;
         let bytes = self.file.tensor_bytes(desc);
-        let mut out = vec![0.0f32; desc.numel()];
         let shape = desc.hf_shape();
         match (stored.permutation, shape.as_slice()) {
             (RowPermutation::Interleaved { heads }, &[rows, cols]) if rows > 0 => {
@@ -98,16 +108,14 @@ impl TensorStore for GgufStore {
                             dst,
                         );
                     });
-                Ok(out)
             }
             (RowPermutation::Interleaved { heads }, &[rows]) => {
-                dequant::dequantize(desc.ggml_type, bytes, &mut out);
-                Ok(permutation::unpermute_rows(&out, rows, 1, heads))
+                let mut gguf_order = vec![0.0f32; out.len()];
+                dequant::dequantize(desc.ggml_type, bytes, &mut gguf_order);
+                out.copy_from_slice(&permutation::unpermute_rows(&gguf_order, rows, 1, heads));
             }
-            _ => {
-                dequant::dequantize(desc.ggml_type, bytes, &mut out);
-                Ok(out)
-            }
+            _ => dequant::dequantize(desc.ggml_type, bytes, out),
         }
+        Ok(())
     }
 }

@@ -376,6 +376,14 @@ impl TensorStore for UnitOffsetNorms {
         }
         Ok(values)
     }
+
+    fn load_f32_into(&self, name: &str, out: &mut [f32]) -> Result<()> {
+        self.0.load_f32_into(name, out)?;
+        if is_norm(name) {
+            out.iter_mut().for_each(|v| *v += 1.0);
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -140,4 +140,11 @@ impl TensorStore for LanguageModel {
             None => Err(anemone_checkpoint::CheckpointError::MissingTensor { name: name.into() }),
         }
     }
+
+    fn load_f32_into(&self, name: &str, out: &mut [f32]) -> anemone_checkpoint::Result<()> {
+        match self.stored(name) {
+            Some(stored) => self.base.load_f32_into(&stored, out),
+            None => Err(anemone_checkpoint::CheckpointError::MissingTensor { name: name.into() }),
+        }
+    }
 }

@@ -9,6 +9,7 @@
 
 use super::kernels::{axpy, dot, dot4, softmax};
 use crate::attention::{first_visible_slot, visible_slots};
+use anemone_backend::team::{for_each_block, SharedOut, Team};
 use rayon::prelude::*;
 
 /// Query rows of one head worked on together (their keys and values shared from cache).
@@ -31,7 +32,17 @@ pub struct AttentionShape {
 
 /// `out [rows, heads·d]` = attention of `q [rows, heads·d]` over `keys`, `values`
 /// `[slots, kv_heads·d]`, where query `row` sits at slot `first_position + row`.
-pub fn attend(shape: AttentionShape, q: &[f32], keys: &[f32], values: &[f32], out: &mut [f32]) {
+///
+/// A batch of one block of rows (decode: one row) with a `team` runs its heads on the team (no
+/// rayon wake-up per layer); the values are the same either way.
+pub fn attend(
+    shape: AttentionShape,
+    q: &[f32],
+    keys: &[f32],
+    values: &[f32],
+    out: &mut [f32],
+    team: Option<&Team>,
+) {
     let AttentionShape {
         heads, head_dim: d, ..
     } = shape;
@@ -39,6 +50,18 @@ pub fn attend(shape: AttentionShape, q: &[f32], keys: &[f32], values: &[f32], ou
     let rows = q.len() / q_dim;
     debug_assert_eq!(out.len(), rows * q_dim);
     let blocks = rows.div_ceil(ROWS_PER_BLOCK);
+    if rows == 1 {
+        if let Some(team) = team {
+            // one row: head h's output is out[h·d..(h+1)·d]
+            let shared = SharedOut::new(out);
+            for_each_block(Some(team), heads, &|head| {
+                let head_out = attend_block(shape, head, 0..1, q, keys, values);
+                // SAFETY: each head writes its own d values of `out`, which outlives the region.
+                unsafe { shared.slice(head * d..(head + 1) * d) }.copy_from_slice(&head_out);
+            });
+            return;
+        }
+    }
     // tasks (head, block of rows); the output of one task is scattered over its rows, so each
     // task fills its own buffer and the buffers are placed afterwards
     let results: Vec<(usize, usize, Vec<f32>)> = (0..heads * blocks)
@@ -168,6 +191,7 @@ mod tests {
         for (rows, first_position, heads, group, d, window) in [
             (1, 0, 4, 2, 8, None),
             (1, 700, 6, 3, 64, None),
+            (1, 700, 4, 2, 64, Some(300)),
             (37, 0, 4, 4, 16, None),
             (33, 300, 2, 1, 12, Some(5)),
             (70, 250, 4, 2, 64, Some(300)),
@@ -187,19 +211,22 @@ mod tests {
                 scale: 1.0 / (d as f32).sqrt(),
                 window,
             };
-            let mut blocked = vec![f32::NAN; rows * q_dim];
-            attend(shape, &q, &keys, &values, &mut blocked);
             let plain = attend_plain(shape, &q, &keys, &values);
-            let differing = blocked
-                .iter()
-                .zip(&plain)
-                .position(|(a, b)| a.to_bits() != b.to_bits());
-            assert_eq!(
-                differing,
-                None,
-                "rows {rows} at {first_position}, heads {heads}/{group}, d {d}, window {window:?}: \
-                 first differing element {differing:?}"
-            );
+            let team = Team::new(2).unwrap();
+            for on_team in [false, true] {
+                let mut blocked = vec![f32::NAN; rows * q_dim];
+                let team = on_team.then_some(&team);
+                attend(shape, &q, &keys, &values, &mut blocked, team);
+                let differing = blocked
+                    .iter()
+                    .zip(&plain)
+                    .position(|(a, b)| a.to_bits() != b.to_bits());
+                assert_eq!(
+                    differing, None,
+                    "rows {rows} at {first_position}, heads {heads}/{group}, d {d}, window \
+                     {window:?}, team {on_team}: first differing element {differing:?}"
+                );
+            }
         }
     }
 }

@@ -4,12 +4,15 @@
 //! norms each block's output before adding it, uses a tanh-GELU gate and per-layer windows and
 //! RoPE bases.
 
+use super::arena::Span;
 use super::attend::{attend, AttentionShape};
 use super::cache::KvCache;
 use super::kernels::{axpy, gelu_tanh, matmul_t, rms_norm_into, rms_norm_rows, silu};
+use super::matvec::matvec;
 use super::rope::{Rope, Ropes};
 use super::weights::{LayerWeights, Weights};
 use super::LogitsFor;
+use anemone_backend::team::Team;
 use anemone_checkpoint::DecoderConfig;
 
 /// Logits and residual stream of a traced forward.
@@ -22,25 +25,50 @@ pub struct Trace {
     pub hidden_states: Vec<Vec<f32>>,
 }
 
+/// What a forward reads: the config, the weights and the team of the one-token matvecs.
+#[derive(Clone, Copy)]
+pub struct Model<'a> {
+    pub config: &'a DecoderConfig,
+    pub weights: &'a Weights,
+    pub team: &'a Team,
+}
+
+impl Model<'_> {
+    /// `y = x·wᵀ` for `x: [rows, n_in]` and the matrix `w: [n_out, n_in]`: one row goes through
+    /// the team's [`matvec`], several through [`matmul_t`] (on the current rayon pool). Either
+    /// way `y[0, o]` of a single row is `dot(w[o], x)`, so the two paths agree.
+    fn project(&self, x: &[f32], w: Span, y: &mut [f32], rows: usize, n_in: usize, n_out: usize) {
+        let w = self.weights.get(w);
+        if rows == 1 {
+            matvec(Some(self.team), w, x, y);
+        } else {
+            matmul_t(x, w, y, rows, n_in, n_out);
+        }
+    }
+}
+
 /// Runs the new `ids` (already validated against vocab and context) through the model.
 pub fn run(
-    config: &DecoderConfig,
-    weights: &Weights,
+    model: Model<'_>,
     rope: &Ropes,
     cache: &mut KvCache,
     ids: &[u32],
     which: LogitsFor,
     mut trace: Option<&mut Vec<Vec<f32>>>,
 ) -> Vec<f32> {
+    let Model {
+        config, weights, ..
+    } = model;
     let h = config.hidden_size;
     let s = ids.len();
     let eps = config.rms_norm_eps as f32;
     let first_position = cache.len();
 
+    let embed_tokens = weights.get(weights.embed_tokens);
     let mut x = Vec::with_capacity(s * h);
     for &id in ids {
         let row = id as usize * h;
-        x.extend_from_slice(&weights.embed_tokens[row..row + h]);
+        x.extend_from_slice(&embed_tokens[row..row + h]);
     }
     let embedding_scale = config.embedding_scale();
     if embedding_scale != 1.0 {
@@ -61,8 +89,8 @@ pub fn run(
             (Some(_), Some(local)) => local,
             _ => &angles,
         };
-        attention_block(config, layer, index, cache, layer_angles, &mut x, eps);
-        mlp_block(config, layer, &mut x, eps);
+        attention_block(model, layer, index, cache, layer_angles, &mut x, eps);
+        mlp_block(model, layer, &mut x, eps);
         if let Some(t) = trace.as_deref_mut() {
             t.push(x.clone());
         }
@@ -76,20 +104,20 @@ pub fn run(
             let mut last = vec![0f32; h];
             rms_norm_into(&x[(s - 1) * h..], &weights.final_norm, eps, &mut last);
             let mut logits = vec![0f32; vocab];
-            matmul_t(&last, weights.lm_head(), &mut logits, 1, h, vocab);
+            model.project(&last, weights.lm_head(), &mut logits, 1, h, vocab);
             logits
         }
         LogitsFor::AllPositions => {
             rms_norm_rows(&mut x, &weights.final_norm, eps);
             let mut logits = vec![0f32; s * vocab];
-            matmul_t(&x, weights.lm_head(), &mut logits, s, h, vocab);
+            model.project(&x, weights.lm_head(), &mut logits, s, h, vocab);
             logits
         }
     }
 }
 
 fn attention_block(
-    config: &DecoderConfig,
+    model: Model<'_>,
     layer: &LayerWeights,
     layer_index: usize,
     cache: &mut KvCache,
@@ -97,6 +125,7 @@ fn attention_block(
     x: &mut [f32],
     eps: f32,
 ) {
+    let config = model.config;
     let (h, d) = (config.hidden_size, config.head_dim);
     let (q_dim, kv_dim) = (config.q_dim(), config.kv_dim());
     let qkv_dim = q_dim + 2 * kv_dim;
@@ -110,7 +139,7 @@ fn attention_block(
         &mut normed,
     );
     let mut qkv = vec![0f32; s * qkv_dim];
-    matmul_t(&normed, &layer.qkv, &mut qkv, s, h, qkv_dim);
+    model.project(&normed, layer.qkv, &mut qkv, s, h, qkv_dim);
 
     let mut q = Vec::with_capacity(s * q_dim);
     let mut k = Vec::with_capacity(s * kv_dim);
@@ -143,10 +172,10 @@ fn attention_block(
     };
     let (keys, values) = cache.layer(layer_index);
     let mut attended = vec![0f32; s * q_dim];
-    attend(shape, &q, keys, values, &mut attended);
+    attend(shape, &q, keys, values, &mut attended, Some(model.team));
 
     let mut projected = vec![0f32; s * h];
-    matmul_t(&attended, &layer.o_proj, &mut projected, s, q_dim, h);
+    model.project(&attended, layer.o_proj, &mut projected, s, q_dim, h);
     if let Some(bias) = &layer.o_bias {
         for row in projected.chunks_exact_mut(h) {
             axpy(1.0, bias, row);
@@ -158,7 +187,8 @@ fn attention_block(
     axpy(1.0, &projected, x);
 }
 
-fn mlp_block(config: &DecoderConfig, layer: &LayerWeights, x: &mut [f32], eps: f32) {
+fn mlp_block(model: Model<'_>, layer: &LayerWeights, x: &mut [f32], eps: f32) {
+    let config = model.config;
     let (h, inter) = (config.hidden_size, config.intermediate_size);
     let s = x.len() / h;
     let mut normed = vec![0f32; s * h];
@@ -174,7 +204,7 @@ fn mlp_block(config: &DecoderConfig, layer: &LayerWeights, x: &mut [f32], eps: f
         silu
     };
     let mut gate_up = vec![0f32; s * 2 * inter];
-    matmul_t(&normed, &layer.gate_up, &mut gate_up, s, h, 2 * inter);
+    model.project(&normed, layer.gate_up, &mut gate_up, s, h, 2 * inter);
     let mut act = vec![0f32; s * inter];
     for (out, gu) in act
         .chunks_exact_mut(inter)
@@ -186,7 +216,7 @@ fn mlp_block(config: &DecoderConfig, layer: &LayerWeights, x: &mut [f32], eps: f
         }
     }
     let mut down = vec![0f32; s * h];
-    matmul_t(&act, &layer.down, &mut down, s, inter, h);
+    model.project(&act, layer.down, &mut down, s, inter, h);
     if let Some((_, post_feedforward)) = &layer.output_norms {
         rms_norm_rows(&mut down, post_feedforward, eps);
     }

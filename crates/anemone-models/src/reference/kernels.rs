@@ -48,7 +48,7 @@ fn dot_portable(a: &[f32], b: &[f32]) -> f32 {
 /// sums its lanes identically).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn horizontal_sum(
+pub(super) unsafe fn horizontal_sum(
     acc0: std::arch::x86_64::__m256,
     acc1: std::arch::x86_64::__m256,
     acc2: std::arch::x86_64::__m256,

@@ -6,11 +6,14 @@
 //! one) and returns logits; [`ReferenceModel::forward_traced`] also returns the residual stream after
 //! every layer.
 
+mod arena;
 mod attend;
 mod cache;
 mod forward;
 pub mod kernels;
+mod matvec;
 pub(crate) mod rope;
+use anemone_backend::team;
 mod weights;
 
 use anemone_checkpoint::{Checkpoint, CheckpointError, DecoderConfig};
@@ -79,6 +82,9 @@ pub struct ReferenceModel {
     rope: rope::Ropes,
     context_len: usize,
     pool: std::sync::Arc<rayon::ThreadPool>,
+    /// The one-token steps' parallel regions (decode matvecs, attention heads): as wide as
+    /// `pool`, shared by every model of that width.
+    team: std::sync::Arc<team::Team>,
 }
 
 impl std::fmt::Debug for ReferenceModel {
@@ -126,6 +132,10 @@ impl ReferenceModel {
                 threads,
                 problem: e.to_string(),
             })?;
+        let team = team::Team::shared(threads).map_err(|e| ForwardError::ThreadPool {
+            threads,
+            problem: e.to_string(),
+        })?;
         let started = std::time::Instant::now();
         let weights = weights::Weights::load(checkpoint)?;
         tracing::debug!(
@@ -140,6 +150,7 @@ impl ReferenceModel {
             weights: std::sync::Arc::new(weights),
             context_len,
             pool: std::sync::Arc::new(pool),
+            team,
         })
     }
 
@@ -154,6 +165,7 @@ impl ReferenceModel {
             rope: rope::Ropes::new(&self.config),
             context_len: self.context_len,
             pool: std::sync::Arc::clone(&self.pool),
+            team: std::sync::Arc::clone(&self.team),
         }
     }
 
@@ -208,13 +220,16 @@ impl ReferenceModel {
     pub fn forward(&mut self, ids: &[u32], which: LogitsFor) -> Result<Vec<f32>, ForwardError> {
         self.check_input(ids)?;
         let (run, skip) = self.piece(ids);
-        let pool = &self.pool;
-        let (config, weights, rope, cache) =
-            (&self.config, &self.weights, &self.rope, &mut self.cache);
-        let logits = pool.install(|| forward::run(config, weights, rope, cache, &run, which, None));
+        let (pool, rope, cache) = (&self.pool, &self.rope, &mut self.cache);
+        let model = forward::Model {
+            config: &self.config,
+            weights: &self.weights,
+            team: &self.team,
+        };
+        let logits = pool.install(|| forward::run(model, rope, cache, &run, which, None));
         Ok(match which {
             LogitsFor::LastPosition => logits,
-            LogitsFor::AllPositions => logits[skip * config.vocab_size..].to_vec(),
+            LogitsFor::AllPositions => logits[skip * self.config.vocab_size..].to_vec(),
         })
     }
 
@@ -223,14 +238,17 @@ impl ReferenceModel {
     pub fn forward_traced(&mut self, ids: &[u32]) -> Result<Trace, ForwardError> {
         self.check_input(ids)?;
         let (run, skip) = self.piece(ids);
-        let pool = &self.pool;
-        let (config, weights, rope, cache) =
-            (&self.config, &self.weights, &self.rope, &mut self.cache);
+        let (pool, rope, cache) = (&self.pool, &self.rope, &mut self.cache);
+        let model = forward::Model {
+            config: &self.config,
+            weights: &self.weights,
+            team: &self.team,
+        };
+        let config = model.config;
         let mut hidden_states = Vec::with_capacity(config.num_hidden_layers + 1);
         let logits = pool.install(|| {
             forward::run(
-                config,
-                weights,
+                model,
                 rope,
                 cache,
                 &run,
