@@ -256,12 +256,14 @@ pub fn matvec<'w>(
 }
 
 /// Rows per block of a matvec of `rows` rows of `row_bytes` stored bytes each on `threads`
-/// threads: [`BLOCK_BYTES`] of rows, fewer so that every thread gets a block, a multiple of
-/// [`GROUP`].
+/// threads: the rows split evenly into the fewest blocks of at most [`BLOCK_BYTES`] whose
+/// count is a multiple of `threads` (no thread idles while another finishes a long last
+/// block), a multiple of [`GROUP`] rows.
 fn rows_per_block(rows: usize, row_bytes: usize, threads: usize) -> usize {
-    let by_bytes = BLOCK_BYTES / row_bytes.max(1);
-    let by_threads = rows.div_ceil(threads.max(1));
-    by_bytes.min(by_threads).max(1).next_multiple_of(GROUP)
+    let blocks = (rows * row_bytes)
+        .div_ceil(BLOCK_BYTES)
+        .next_multiple_of(threads.max(1));
+    rows.div_ceil(blocks.max(1)).next_multiple_of(GROUP)
 }
 
 /// Runs `kernel(first_row, rows)` over `dst` in blocks of [`rows_per_block`] rows, on the
