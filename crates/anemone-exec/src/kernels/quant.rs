@@ -171,6 +171,8 @@ pub fn available() -> bool {
         static HAS: OnceLock<bool> = OnceLock::new();
         *HAS.get_or_init(|| {
             is_x86_feature_detected!("avx512f")
+                && is_x86_feature_detected!("avx512bw")
+                && is_x86_feature_detected!("avx512vl")
                 && is_x86_feature_detected!("avx512vbmi")
                 && is_x86_feature_detected!("avx2")
                 && is_x86_feature_detected!("fma")

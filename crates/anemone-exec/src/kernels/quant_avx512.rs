@@ -78,16 +78,45 @@ fn parts(row: &Row) -> Parts {
     p
 }
 
-/// Block `b`'s parameters of a row: its fp16 scale widened, its offset.
+/// The widened fp16 scales of `R` rows for block `b` (of `blocks`), broadcast: every 16th block
+/// loads and widens the next 16 scales of each row into `run` (a masked load past the last
+/// block), the others pick lane `b % 16` of them. Blocks must be asked for in order from 0.
 ///
 /// # Safety
-/// The row's scales (and offsets, for `OFF != NO_OFFSET`) hold block `b`.
+/// Every row's scales hold `blocks` blocks and `b < blocks`.
 #[inline]
-#[target_feature(enable = "avx512f,avx2,f16c")]
-unsafe fn params<const OFF: u8>(p: &Parts, b: usize) -> Params {
-    let bits = (p.scales.add(2 * b) as *const i16).read_unaligned();
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
+unsafe fn scales<const R: usize>(
+    p: &[Parts; R],
+    blocks: usize,
+    b: usize,
+    run: &mut [__m512; R],
+) -> [__m512; R] {
+    if b.is_multiple_of(16) {
+        let left = (blocks - b).min(16);
+        let mask = (((1u32 << left) - 1) & 0xFFFF) as __mmask16;
+        for r in 0..R {
+            let bits = _mm256_maskz_loadu_epi16(mask, p[r].scales.add(2 * b) as *const i16);
+            run[r] = _mm512_cvtph_ps(bits);
+        }
+    }
+    let lane = _mm512_set1_epi32((b % 16) as i32);
+    let mut s = [_mm512_setzero_ps(); R];
+    for r in 0..R {
+        s[r] = _mm512_permutexvar_ps(lane, run[r]);
+    }
+    s
+}
+
+/// Block `b`'s parameters of a row: its widened scale `s` (from [`scales`]), its offset.
+///
+/// # Safety
+/// For `OFF != NO_OFFSET`, the row's offsets hold block `b`.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn params<const OFF: u8>(p: &Parts, b: usize, s: __m512) -> Params {
     Params {
-        s: _mm512_cvtph_ps(_mm256_set1_epi16(bits)),
+        s,
         o: if OFF == NO_OFFSET {
             _mm512_setzero_ps()
         } else {
@@ -123,14 +152,11 @@ unsafe fn byte_values<const SIGNED: bool, const OFF: u8>(p: *const u8, pb: Param
     shift_scale::<OFF>(_mm512_cvtepi32_ps(ints), pb)
 }
 
-/// The 16-entry table of block `b` of an int4 / uint4 row: nibble `c` stands for `c` (uint4)
-/// or `c` sign-extended (int4), formed as [`shift_scale`] forms data values.
-///
-/// # Safety
-/// As [`params`].
+/// The 16-entry table of a block of an int4 / uint4 row (parameters `pb`): nibble `c` stands
+/// for `c` (uint4) or `c` sign-extended (int4), formed as [`shift_scale`] forms data values.
 #[inline]
-#[target_feature(enable = "avx512f,avx2,f16c")]
-unsafe fn int4_table<const SIGNED: bool, const OFF: u8>(p: &Parts, b: usize) -> __m512 {
+#[target_feature(enable = "avx512f,f16c")]
+unsafe fn int4_table<const SIGNED: bool, const OFF: u8>(pb: Params) -> __m512 {
     let codes = if SIGNED {
         _mm512_setr_ps(
             0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, -8.0, -7.0, -6.0, -5.0, -4.0, -3.0, -2.0, -1.0,
@@ -140,7 +166,7 @@ unsafe fn int4_table<const SIGNED: bool, const OFF: u8>(p: &Parts, b: usize) -> 
             0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0, 12.0, 13.0, 14.0, 15.0,
         )
     };
-    shift_scale::<OFF>(codes, params::<OFF>(p, b))
+    shift_scale::<OFF>(codes, pb)
 }
 
 /// The fp16 palette of block `b` as f32.
@@ -299,39 +325,47 @@ macro_rules! by_layout {
     }};
 }
 
-#[target_feature(enable = "avx512f,avx512vbmi,avx2,fma,f16c")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
 unsafe fn dot_bytes<const R: usize, const SIGNED: bool, const OFF: u8, const WHOLE: bool>(
     p: &[Parts; R],
     k: usize,
     per: usize,
     x: &[f32],
 ) -> [f32; R] {
+    let (mut run, blocks) = ([_mm512_setzero_ps(); R], k / per);
     dot_rows::<Params, R, WHOLE>(
         k,
         per,
         x,
-        |b| std::array::from_fn(|r| params::<OFF>(&p[r], b)),
+        |b| {
+            let s = scales(p, blocks, b, &mut run);
+            std::array::from_fn(|r| params::<OFF>(&p[r], b, s[r]))
+        },
         |r, pb, j| byte_values::<SIGNED, OFF>(p[r].codes.add(j), *pb),
     )
 }
 
-#[target_feature(enable = "avx512f,avx512vbmi,avx2,fma,f16c")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
 unsafe fn dot_int4<const R: usize, const SIGNED: bool, const OFF: u8, const WHOLE: bool>(
     p: &[Parts; R],
     k: usize,
     per: usize,
     x: &[f32],
 ) -> [f32; R] {
+    let (mut run, blocks) = ([_mm512_setzero_ps(); R], k / per);
     dot_rows::<__m512, R, WHOLE>(
         k,
         per,
         x,
-        |b| std::array::from_fn(|r| int4_table::<SIGNED, OFF>(&p[r], b)),
+        |b| {
+            let s = scales(p, blocks, b, &mut run);
+            std::array::from_fn(|r| int4_table::<SIGNED, OFF>(params::<OFF>(&p[r], b, s[r])))
+        },
         |r, t, j| _mm512_permutexvar_ps(nibble_indices(p[r].codes.add(j / 2)), *t),
     )
 }
 
-#[target_feature(enable = "avx512f,avx512vbmi,avx2,fma,f16c")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
 unsafe fn dot_palettes<const R: usize, const WHOLE: bool>(
     p: &[Parts; R],
     k: usize,
@@ -351,8 +385,8 @@ unsafe fn dot_palettes<const R: usize, const WHOLE: bool>(
 ///
 /// # Safety
 /// Every row is `covered()`, of one layout ([`super::Row::same_layout`]) and of `x.len()`
-/// elements, and the CPU has AVX-512F/VBMI, AVX2, FMA and F16C.
-#[target_feature(enable = "avx512f,avx512vbmi,avx2,fma,f16c")]
+/// elements, and the CPU has AVX-512F/BW/VL/VBMI, AVX2, FMA and F16C.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
 pub unsafe fn dot<const R: usize>(rows: &[Row; R], x: &[f32]) -> [f32; R] {
     let p: [Parts; R] = std::array::from_fn(|r| parts(&rows[r]));
     let (k, per) = (x.len(), rows[0].per());
@@ -373,7 +407,7 @@ pub unsafe fn dot<const R: usize>(rows: &[Row; R], x: &[f32]) -> [f32; R] {
     }
 }
 
-#[target_feature(enable = "avx512f,avx512vbmi,avx2,fma,f16c")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
 unsafe fn expand_rows<P: Copy, const WHOLE: bool>(
     k: usize,
     per: usize,
@@ -387,39 +421,41 @@ unsafe fn expand_rows<P: Copy, const WHOLE: bool>(
     });
 }
 
-#[target_feature(enable = "avx512f,avx512vbmi,avx2,fma,f16c")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
 unsafe fn expand_bytes<const R: usize, const SIGNED: bool, const OFF: u8, const WHOLE: bool>(
     p: &Parts,
     k: usize,
     per: usize,
     out: &mut [f32],
 ) {
+    let (mut run, blocks) = ([_mm512_setzero_ps(); 1], k / per);
     expand_rows::<Params, WHOLE>(
         k,
         per,
         out,
-        |b| params::<OFF>(p, b),
+        |b| params::<OFF>(p, b, scales(&[*p], blocks, b, &mut run)[0]),
         |pb, j| byte_values::<SIGNED, OFF>(p.codes.add(j), *pb),
     )
 }
 
-#[target_feature(enable = "avx512f,avx512vbmi,avx2,fma,f16c")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
 unsafe fn expand_int4<const R: usize, const SIGNED: bool, const OFF: u8, const WHOLE: bool>(
     p: &Parts,
     k: usize,
     per: usize,
     out: &mut [f32],
 ) {
+    let (mut run, blocks) = ([_mm512_setzero_ps(); 1], k / per);
     expand_rows::<__m512, WHOLE>(
         k,
         per,
         out,
-        |b| int4_table::<SIGNED, OFF>(p, b),
+        |b| int4_table::<SIGNED, OFF>(params::<OFF>(p, b, scales(&[*p], blocks, b, &mut run)[0])),
         |t, j| _mm512_permutexvar_ps(nibble_indices(p.codes.add(j / 2)), *t),
     )
 }
 
-#[target_feature(enable = "avx512f,avx512vbmi,avx2,fma,f16c")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
 unsafe fn expand_palettes<const WHOLE: bool>(p: &Parts, k: usize, per: usize, out: &mut [f32]) {
     expand_rows::<__m512, WHOLE>(
         k,
@@ -433,8 +469,8 @@ unsafe fn expand_palettes<const WHOLE: bool>(p: &Parts, k: usize, per: usize, ou
 /// Writes the row's values (fp16 values as f32) into `out`.
 ///
 /// # Safety
-/// `row.covered()`, `out.len() == row.len()`, and the CPU has AVX-512F/VBMI, AVX2, FMA and F16C.
-#[target_feature(enable = "avx512f,avx512vbmi,avx2,fma,f16c")]
+/// `row.covered()`, `out.len() == row.len()`, and the CPU has AVX-512F/BW/VL/VBMI, AVX2, FMA and F16C.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
 pub unsafe fn expand(row: &Row, out: &mut [f32]) {
     let p = parts(row);
     let (k, per) = (out.len(), row.per());
