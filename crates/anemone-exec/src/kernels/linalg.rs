@@ -479,7 +479,6 @@ mod tests {
     #[test]
     fn grouped_matvecs_equal_the_per_row_dots_bit_for_bit() {
         let (dot16, dot32) = (simd::dot_f16_kernel(), simd::dot_f32_kernel());
-        let dot16x4 = simd::dot_f16x4_kernel();
         for k in [1usize, 7, 33, 583] {
             let x = values(k, 1);
             // enough rows that the region runs on the team (≥ PARALLEL_WORK multiply-adds)

@@ -232,12 +232,10 @@ pub fn matvec<'w>(
         for out in groups.by_ref() {
             let rows: [Option<Row>; GROUP] = std::array::from_fn(|r| row(i + r));
             match rows {
-                #[cfg(target_arch = "x86_64")]
+                // SAFETY: `covers` held for the first row; these share its layout and length
+                // and hold its blocks (`row`), so it holds for them.
                 [Some(a), Some(b), Some(c), Some(d)] => {
-                    // SAFETY: `covers` checked the CPU features and the first row's layout,
-                    // which these rows share (`same_layout`, length); their codes hold k
-                    // elements and their per-block slices `blocks` blocks; x holds k values.
-                    out.copy_from_slice(&unsafe { avx512::dot(&[a, b, c, d], x) });
+                    out.copy_from_slice(&unsafe { dot_covered(&[a, b, c, d], x) })
                 }
                 _ => ok.store(false, std::sync::atomic::Ordering::Relaxed),
             }
@@ -245,9 +243,8 @@ pub fn matvec<'w>(
         }
         for d in groups.into_remainder() {
             match row(i) {
-                #[cfg(target_arch = "x86_64")]
-                // SAFETY: as above, for one row.
-                Some(r) => *d = unsafe { avx512::dot(&[r], x) }[0],
+                // SAFETY: as above.
+                Some(r) => *d = unsafe { dot_covered(&[r], x) }[0],
                 _ => ok.store(false, std::sync::atomic::Ordering::Relaxed),
             }
             i += 1;
@@ -255,6 +252,23 @@ pub fn matvec<'w>(
     };
     spread_rows(dst, first.code_bytes(), k, kernel);
     ok.into_inner()
+}
+
+/// The dots of `rows` with `x` (NaN where no kernel exists: never, as [`covers`] is false there).
+///
+/// # Safety
+/// [`covers`] holds for every row; the rows share one layout (`same_layout`) and have
+/// `x.len()` elements.
+unsafe fn dot_covered<const R: usize>(rows: &[Row; R], x: &[f32]) -> [f32; R] {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `covers` checked the CPU features and each row's shape and slices; the rows
+    // share one layout and hold `x.len()` elements (the caller's contract).
+    return unsafe { avx512::dot(rows, x) };
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (rows, x);
+        [f32::NAN; R]
+    }
 }
 
 /// Rows per block of a matvec of `rows` rows of `row_bytes` stored bytes each on `threads`
