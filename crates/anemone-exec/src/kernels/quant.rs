@@ -7,9 +7,11 @@
 //! with AVX2/FMA/F16C): element `32c + 8a + l` goes to accumulator `a`, lane `l`; at the end
 //! `(acc0 + acc1) + (acc2 + acc3)`, then the lanes as its horizontal sum adds them. An AVX-512
 //! register holds two of those accumulators side by side (lanewise FMAs are the same), so a
-//! fused dot returns the bits the fp16 dot returns over the expanded row. Rows these kernels do
-//! not cover (no AVX-512, a row length not a multiple of 32, blocks not a multiple of 16
-//! columns) take the row-forming path in `packed.rs`.
+//! fused dot returns the bits the fp16 dot returns over the expanded row. A matvec runs four rows
+//! a pass (`quant_avx512.rs`), sharing the loads of `x`; each row keeps its own accumulators, so
+//! its value does not depend on its neighbours. Rows these kernels do not cover (no AVX-512
+//! F/BW/VL/VBMI, a row length not a multiple of 32, blocks not a multiple of 16 columns) take
+//! the row-forming path in `packed.rs`.
 
 use half::f16;
 use rayon::prelude::*;
