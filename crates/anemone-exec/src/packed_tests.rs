@@ -90,7 +90,7 @@ fn shift_scale_matvec_is_the_expanded_fp16_matvec() {
     // (data dtype, weight shape, scale shape, offset: none / same dtype / fp16 / fp32);
     // 320×1024 reaches the parallel path
     type Case = (DType, Vec<usize>, Vec<usize>, Option<DType>);
-    let cases: [Case; 10] = [
+    let cases: [Case; 16] = [
         (DType::I8, vec![320, 1024, 1, 1], vec![320, 1, 1, 1], None),
         (DType::I8, vec![96, 64], vec![96, 4], Some(DType::I8)),
         (
@@ -121,6 +121,19 @@ fn shift_scale_matvec_is_the_expanded_fp16_matvec() {
             Some(DType::F32),
         ),
         (DType::U8, vec![24, 64], vec![24, 2], Some(DType::U8)),
+        // more than 16 blocks a row (scales widened 16 at a time, the last run partial) and
+        // row counts that leave a tail after the four-row passes
+        (DType::I8, vec![13, 1056], vec![13, 33], None),
+        (
+            DType::I4,
+            vec![7, 576, 1, 1],
+            vec![7, 36, 1, 1],
+            Some(DType::F16),
+        ),
+        (DType::U8, vec![21, 544], vec![21, 34], Some(DType::U8)),
+        (DType::I4, vec![37, 1056], vec![37, 33], None),
+        (DType::I8, vec![6, 512], vec![3, 32], Some(DType::F32)),
+        (DType::U4, vec![11, 1024], vec![11, 16], Some(DType::U4)),
     ];
     for (dtype, shape, sshape, odt) in cases {
         let data = ints(&mut rng, dtype, shape.clone());
@@ -147,7 +160,7 @@ fn shift_scale_matvec_is_the_expanded_fp16_matvec() {
 fn lut_matvec_is_the_expanded_fp16_matvec() {
     let mut rng = Rng(0xD1B5_4A32_D192_ED03);
     // (index dtype, weight shape, palette-group shape)
-    let cases: [(DType, Vec<usize>, Vec<usize>); 7] = [
+    let cases: [(DType, Vec<usize>, Vec<usize>); 9] = [
         (DType::U4, vec![320, 1024, 1, 1], vec![1, 1, 1, 1]),
         (DType::U4, vec![64, 96], vec![8, 1]),
         (DType::U4, vec![64, 96, 1, 1], vec![4, 3, 1, 1]),
@@ -155,6 +168,9 @@ fn lut_matvec_is_the_expanded_fp16_matvec() {
         (DType::U2, vec![40, 64, 1, 1], vec![5, 2, 1, 1]),
         (DType::U3, vec![24, 40], vec![1, 1]),
         (DType::U8, vec![16, 32, 1, 1], vec![16, 1, 1, 1]),
+        // many column blocks, a tail after the four-row passes
+        (DType::U4, vec![13, 1056], vec![13, 33]),
+        (DType::U4, vec![9, 576, 1, 1], vec![9, 36, 1, 1]),
     ];
     for (dtype, shape, gshape) in cases {
         let indices = ints(&mut rng, dtype, shape.clone());

@@ -1,0 +1,493 @@
+//! The AVX-512 kernels of [`super`] (`quant.rs`): `R` rows of one weight per pass, sharing the
+//! loads of `x`; each row keeps its own two accumulators and the fp16 dot's order, so a row's
+//! value never depends on which rows share its pass.
+//!
+//! Invariants: element `32c + 16h + 8a + l` of a row goes to accumulator register `h` (a 16-lane
+//! register holding the fp16 dot's accumulators `2h` and `2h + 1` side by side), lane `8a + l`,
+//! by one fused multiply-add per 16 elements in column order; [`finish`] sums them as the fp16
+//! dot's end does. A block's parameters (scale, offset, or its 16-entry table) are formed once
+//! per block and row, before its columns.
+
+use std::arch::x86_64::*;
+
+use super::{Row, ShiftScale, Tables};
+
+/// How a block's offset enters: none, rounded to fp16 after the subtraction, or fp32
+/// (promoting, not rounded).
+pub(super) const NO_OFFSET: u8 = 0;
+pub(super) const ROUNDED: u8 = 1;
+pub(super) const PROMOTES: u8 = 2;
+
+pub(super) fn offset_kind(how: &ShiftScale) -> u8 {
+    match (how.offsets, how.round_shift) {
+        (None, _) => NO_OFFSET,
+        (Some(_), true) => ROUNDED,
+        (Some(_), false) => PROMOTES,
+    }
+}
+
+/// fp16 rounding of 16 values (nearest even, as `f16::from_f32`).
+#[inline]
+#[target_feature(enable = "avx512f,f16c")]
+fn r16(v: __m512) -> __m512 {
+    _mm512_cvtph_ps(_mm512_cvtps_ph::<
+        { _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC },
+    >(v))
+}
+
+/// A block's scale and offset, broadcast.
+#[derive(Clone, Copy)]
+struct Params {
+    s: __m512,
+    o: __m512,
+}
+
+/// The raw parts of one row (pointers into the slices of a [`Row`] the caller checked).
+#[derive(Clone, Copy)]
+struct Parts {
+    codes: *const u8,
+    scales: *const u8,
+    offsets: *const f32,
+    palettes: *const u16,
+}
+
+fn parts(row: &Row) -> Parts {
+    let mut p = Parts {
+        codes: std::ptr::null(),
+        scales: std::ptr::null(),
+        offsets: std::ptr::null(),
+        palettes: std::ptr::null(),
+    };
+    let mut how = |h: &ShiftScale| {
+        p.scales = h.scales.as_ptr();
+        p.offsets = h.offsets.map_or(std::ptr::null(), |o| o.as_ptr());
+    };
+    match row {
+        Row::Bytes { codes, how: h, .. } => {
+            how(h);
+            p.codes = codes.as_ptr();
+        }
+        Row::Nibbles { codes, tables, .. } => {
+            match tables {
+                Tables::Palettes(t) => p.palettes = t.as_ptr() as *const u16,
+                Tables::ShiftScale(h) => how(h),
+            }
+            p.codes = codes.as_ptr();
+        }
+    }
+    p
+}
+
+/// The widened fp16 scales of `R` rows for block `b` (of `blocks`), broadcast: every 16th block
+/// loads and widens the next 16 scales of each row into `run` (a masked load past the last
+/// block), the others pick lane `b % 16` of them. Blocks must be asked for in order from 0.
+///
+/// # Safety
+/// Every row's scales hold `blocks` blocks and `b < blocks`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
+unsafe fn scales<const R: usize>(
+    p: &[Parts; R],
+    blocks: usize,
+    b: usize,
+    run: &mut [__m512; R],
+) -> [__m512; R] {
+    if b.is_multiple_of(16) {
+        let left = (blocks - b).min(16);
+        let mask = (((1u32 << left) - 1) & 0xFFFF) as __mmask16;
+        for r in 0..R {
+            let bits = _mm256_maskz_loadu_epi16(mask, p[r].scales.add(2 * b) as *const i16);
+            run[r] = _mm512_cvtph_ps(bits);
+        }
+    }
+    let lane = _mm512_set1_epi32((b % 16) as i32);
+    let mut s = [_mm512_setzero_ps(); R];
+    for r in 0..R {
+        s[r] = _mm512_permutexvar_ps(lane, run[r]);
+    }
+    s
+}
+
+/// Block `b`'s parameters of a row: its widened scale `s` (from [`scales`]), its offset.
+///
+/// # Safety
+/// For `OFF != NO_OFFSET`, the row's offsets hold block `b`.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn params<const OFF: u8>(p: &Parts, b: usize, s: __m512) -> Params {
+    Params {
+        s,
+        o: if OFF == NO_OFFSET {
+            _mm512_setzero_ps()
+        } else {
+            _mm512_set1_ps(*p.offsets.add(b))
+        },
+    }
+}
+
+/// `decompress`'s arithmetic on 16 data values `v` of a block.
+#[inline]
+#[target_feature(enable = "avx512f,f16c")]
+fn shift_scale<const OFF: u8>(v: __m512, p: Params) -> __m512 {
+    match OFF {
+        NO_OFFSET => r16(_mm512_mul_ps(v, p.s)),
+        ROUNDED => r16(_mm512_mul_ps(r16(_mm512_sub_ps(v, p.o)), p.s)),
+        _ => r16(_mm512_mul_ps(_mm512_sub_ps(v, p.o), p.s)),
+    }
+}
+
+/// The values of the 16 bytes at `p` (a block with parameters `pb`).
+///
+/// # Safety
+/// 16 bytes must be readable at `p`.
+#[inline]
+#[target_feature(enable = "avx512f,f16c")]
+unsafe fn byte_values<const SIGNED: bool, const OFF: u8>(p: *const u8, pb: Params) -> __m512 {
+    let raw = _mm_loadu_si128(p as *const __m128i);
+    let ints = if SIGNED {
+        _mm512_cvtepi8_epi32(raw)
+    } else {
+        _mm512_cvtepu8_epi32(raw)
+    };
+    shift_scale::<OFF>(_mm512_cvtepi32_ps(ints), pb)
+}
+
+/// The 16-entry table of a block of an int4 / uint4 row (parameters `pb`): nibble `c` stands
+/// for `c` (uint4) or `c` sign-extended (int4), formed as [`shift_scale`] forms data values.
+#[inline]
+#[target_feature(enable = "avx512f,f16c")]
+unsafe fn int4_table<const SIGNED: bool, const OFF: u8>(pb: Params) -> __m512 {
+    let codes = if SIGNED {
+        _mm512_setr_ps(
+            0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, -8.0, -7.0, -6.0, -5.0, -4.0, -3.0, -2.0, -1.0,
+        )
+    } else {
+        _mm512_setr_ps(
+            0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0, 12.0, 13.0, 14.0, 15.0,
+        )
+    };
+    shift_scale::<OFF>(codes, pb)
+}
+
+/// The fp16 palette of block `b` as f32.
+///
+/// # Safety
+/// The row's palettes hold block `b`.
+#[inline]
+#[target_feature(enable = "avx512f,f16c")]
+unsafe fn palette(p: &Parts, b: usize) -> __m512 {
+    _mm512_cvtph_ps(_mm256_loadu_si256(p.palettes.add(16 * b) as *const __m256i))
+}
+
+/// The nibbles of the 8 bytes at `p` (16 elements, low nibble first) as 16 table indices:
+/// the 8 bytes broadcast to every qword, byte 0 of dword `l` taken from bit `4 l` of them
+/// (a table lookup reads only the low 4 bits of an index).
+///
+/// # Safety
+/// 8 bytes must be readable at `p`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512vbmi")]
+unsafe fn nibble_indices(p: *const u8) -> __m512i {
+    let v = _mm512_set1_epi64((p as *const i64).read_unaligned());
+    // per qword q: byte 0 ← bits 8q.., byte 4 ← bits 8q + 4.. (elements 2q and 2q + 1)
+    let ctrl = _mm512_set_epi64(
+        0x0000_003C_0000_0038,
+        0x0000_0034_0000_0030,
+        0x0000_002C_0000_0028,
+        0x0000_0024_0000_0020,
+        0x0000_001C_0000_0018,
+        0x0000_0014_0000_0010,
+        0x0000_000C_0000_0008,
+        0x0000_0004_0000_0000,
+    );
+    _mm512_multishift_epi64_epi8(ctrl, v)
+}
+
+/// The fp16 dot's final sum of its accumulators (`a01` = accumulators 0 and 1 side by side,
+/// `a23` = 2 and 3): `(acc0 + acc1) + (acc2 + acc3)`, then its lane order.
+#[inline]
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+fn finish(a01: __m512, a23: __m512) -> f32 {
+    let pair = |v: __m512| {
+        _mm256_add_ps(
+            _mm512_castps512_ps256(v),
+            _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v))),
+        )
+    };
+    let sum = _mm256_add_ps(pair(a01), pair(a23));
+    let mut l = [0.0f32; 8];
+    // SAFETY: `l` holds 8 values.
+    unsafe { _mm256_storeu_ps(l.as_mut_ptr(), sum) };
+    (l[0] + l[4]) + (l[1] + l[5]) + ((l[2] + l[6]) + (l[3] + l[7]))
+}
+
+/// Walks `k` columns in blocks of `per`: `block(b)` once per block, before its columns, and
+/// `chunk(j, high, p)` for every 16 columns `j..j + 16` in order (`high`: `j` is 16 mod 32, a
+/// literal at each call so the caller's accumulator choice is static). `WHOLE`: `per` is a
+/// multiple of 32 (else of 16, so a block may start at `j` or `j + 16`). Generic over closures,
+/// inlined into its caller, so the closures compile with the caller's target features.
+///
+/// # Safety
+/// `k` is a multiple of 32 and `per` a non-zero multiple of 16 (of 32 if `WHOLE`) dividing it.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn walk<P: Copy, const WHOLE: bool>(
+    k: usize,
+    per: usize,
+    mut block: impl FnMut(usize) -> P,
+    mut chunk: impl FnMut(usize, bool, &P),
+) {
+    let mut j = 0usize;
+    if WHOLE {
+        let mut b = 0usize;
+        while j < k {
+            let p = block(b);
+            let end = j + per;
+            while j < end {
+                chunk(j, false, &p);
+                chunk(j + 16, true, &p);
+                j += 32;
+            }
+            b += 1;
+        }
+    } else if k > 0 {
+        let (mut p, mut b, mut next) = (block(0), 1usize, per);
+        while j < k {
+            if j == next {
+                p = block(b);
+                b += 1;
+                next += per;
+            }
+            chunk(j, false, &p);
+            if j + 16 == next {
+                p = block(b);
+                b += 1;
+                next += per;
+            }
+            chunk(j + 16, true, &p);
+            j += 32;
+        }
+    }
+}
+
+/// The dots of `R` rows with `x`: `block(b)` forms every row's parameters of block `b`,
+/// `vals(r, p, j)` the 16 values of row `r` at column `j`.
+///
+/// # Safety
+/// As [`walk`], and `x` holds `k` values.
+#[inline]
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+unsafe fn dot_rows<P: Copy, const R: usize, const WHOLE: bool>(
+    k: usize,
+    per: usize,
+    x: &[f32],
+    block: impl FnMut(usize) -> [P; R],
+    vals: impl Fn(usize, &P, usize) -> __m512,
+) -> [f32; R] {
+    let mut a01 = [_mm512_setzero_ps(); R];
+    let mut a23 = [_mm512_setzero_ps(); R];
+    let px = x.as_ptr();
+    walk::<[P; R], WHOLE>(k, per, block, |j, high, p| {
+        let xv = _mm512_loadu_ps(px.add(j));
+        for r in 0..R {
+            let w = vals(r, &p[r], j);
+            if high {
+                a23[r] = _mm512_fmadd_ps(w, xv, a23[r]);
+            } else {
+                a01[r] = _mm512_fmadd_ps(w, xv, a01[r]);
+            }
+        }
+    });
+    let mut sums = [0.0f32; R];
+    for r in 0..R {
+        sums[r] = finish(a01[r], a23[r]);
+    }
+    sums
+}
+
+/// Calls `$f::<R, SIGNED, OFF, WHOLE>($args)` for a shift-scale layout.
+macro_rules! by_layout {
+    ($f:ident, $r:ident, $how:expr, $whole:expr, ($($a:expr),*)) => {{
+        match ($how.signed, offset_kind($how), $whole) {
+            (true, NO_OFFSET, true) => $f::<$r, true, NO_OFFSET, true>($($a),*),
+            (true, NO_OFFSET, false) => $f::<$r, true, NO_OFFSET, false>($($a),*),
+            (true, ROUNDED, true) => $f::<$r, true, ROUNDED, true>($($a),*),
+            (true, ROUNDED, false) => $f::<$r, true, ROUNDED, false>($($a),*),
+            (true, _, true) => $f::<$r, true, PROMOTES, true>($($a),*),
+            (true, _, false) => $f::<$r, true, PROMOTES, false>($($a),*),
+            (false, NO_OFFSET, true) => $f::<$r, false, NO_OFFSET, true>($($a),*),
+            (false, NO_OFFSET, false) => $f::<$r, false, NO_OFFSET, false>($($a),*),
+            (false, ROUNDED, true) => $f::<$r, false, ROUNDED, true>($($a),*),
+            (false, ROUNDED, false) => $f::<$r, false, ROUNDED, false>($($a),*),
+            (false, _, true) => $f::<$r, false, PROMOTES, true>($($a),*),
+            (false, _, false) => $f::<$r, false, PROMOTES, false>($($a),*),
+        }
+    }};
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
+unsafe fn dot_bytes<const R: usize, const SIGNED: bool, const OFF: u8, const WHOLE: bool>(
+    p: &[Parts; R],
+    k: usize,
+    per: usize,
+    x: &[f32],
+) -> [f32; R] {
+    let (mut run, blocks) = ([_mm512_setzero_ps(); R], k / per);
+    dot_rows::<Params, R, WHOLE>(
+        k,
+        per,
+        x,
+        |b| {
+            let s = scales(p, blocks, b, &mut run);
+            std::array::from_fn(|r| params::<OFF>(&p[r], b, s[r]))
+        },
+        |r, pb, j| byte_values::<SIGNED, OFF>(p[r].codes.add(j), *pb),
+    )
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
+unsafe fn dot_int4<const R: usize, const SIGNED: bool, const OFF: u8, const WHOLE: bool>(
+    p: &[Parts; R],
+    k: usize,
+    per: usize,
+    x: &[f32],
+) -> [f32; R] {
+    let (mut run, blocks) = ([_mm512_setzero_ps(); R], k / per);
+    dot_rows::<__m512, R, WHOLE>(
+        k,
+        per,
+        x,
+        |b| {
+            let s = scales(p, blocks, b, &mut run);
+            std::array::from_fn(|r| int4_table::<SIGNED, OFF>(params::<OFF>(&p[r], b, s[r])))
+        },
+        |r, t, j| _mm512_permutexvar_ps(nibble_indices(p[r].codes.add(j / 2)), *t),
+    )
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
+unsafe fn dot_palettes<const R: usize, const WHOLE: bool>(
+    p: &[Parts; R],
+    k: usize,
+    per: usize,
+    x: &[f32],
+) -> [f32; R] {
+    dot_rows::<__m512, R, WHOLE>(
+        k,
+        per,
+        x,
+        |b| std::array::from_fn(|r| palette(&p[r], b)),
+        |r, t, j| _mm512_permutexvar_ps(nibble_indices(p[r].codes.add(j / 2)), *t),
+    )
+}
+
+/// The dots of `rows` with `x`.
+///
+/// # Safety
+/// Every row is `covered()`, of one layout ([`super::Row::same_layout`]) and of `x.len()`
+/// elements, and the CPU has AVX-512F/BW/VL/VBMI, AVX2, FMA and F16C.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
+pub unsafe fn dot<const R: usize>(rows: &[Row; R], x: &[f32]) -> [f32; R] {
+    let p: [Parts; R] = std::array::from_fn(|r| parts(&rows[r]));
+    let (k, per) = (x.len(), rows[0].per());
+    let whole = per.is_multiple_of(32);
+    match &rows[0] {
+        Row::Bytes { how, .. } => by_layout!(dot_bytes, R, how, whole, (&p, k, per, x)),
+        Row::Nibbles {
+            tables: Tables::ShiftScale(how),
+            ..
+        } => by_layout!(dot_int4, R, how, whole, (&p, k, per, x)),
+        Row::Nibbles {
+            tables: Tables::Palettes(_),
+            ..
+        } => match whole {
+            true => dot_palettes::<R, true>(&p, k, per, x),
+            false => dot_palettes::<R, false>(&p, k, per, x),
+        },
+    }
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
+unsafe fn expand_rows<P: Copy, const WHOLE: bool>(
+    k: usize,
+    per: usize,
+    out: &mut [f32],
+    block: impl FnMut(usize) -> P,
+    vals: impl Fn(&P, usize) -> __m512,
+) {
+    let po = out.as_mut_ptr();
+    walk::<P, WHOLE>(k, per, block, |j, _, p| {
+        _mm512_storeu_ps(po.add(j), vals(p, j))
+    });
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
+unsafe fn expand_bytes<const R: usize, const SIGNED: bool, const OFF: u8, const WHOLE: bool>(
+    p: &Parts,
+    k: usize,
+    per: usize,
+    out: &mut [f32],
+) {
+    let (mut run, blocks) = ([_mm512_setzero_ps(); 1], k / per);
+    expand_rows::<Params, WHOLE>(
+        k,
+        per,
+        out,
+        |b| params::<OFF>(p, b, scales(&[*p], blocks, b, &mut run)[0]),
+        |pb, j| byte_values::<SIGNED, OFF>(p.codes.add(j), *pb),
+    )
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
+unsafe fn expand_int4<const R: usize, const SIGNED: bool, const OFF: u8, const WHOLE: bool>(
+    p: &Parts,
+    k: usize,
+    per: usize,
+    out: &mut [f32],
+) {
+    let (mut run, blocks) = ([_mm512_setzero_ps(); 1], k / per);
+    expand_rows::<__m512, WHOLE>(
+        k,
+        per,
+        out,
+        |b| int4_table::<SIGNED, OFF>(params::<OFF>(p, b, scales(&[*p], blocks, b, &mut run)[0])),
+        |t, j| _mm512_permutexvar_ps(nibble_indices(p.codes.add(j / 2)), *t),
+    )
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
+unsafe fn expand_palettes<const WHOLE: bool>(p: &Parts, k: usize, per: usize, out: &mut [f32]) {
+    expand_rows::<__m512, WHOLE>(
+        k,
+        per,
+        out,
+        |b| palette(p, b),
+        |t, j| _mm512_permutexvar_ps(nibble_indices(p.codes.add(j / 2)), *t),
+    )
+}
+
+/// Writes the row's values (fp16 values as f32) into `out`.
+///
+/// # Safety
+/// `row.covered()`, `out.len() == row.len()`, and the CPU has AVX-512F/BW/VL/VBMI, AVX2, FMA and F16C.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
+pub unsafe fn expand(row: &Row, out: &mut [f32]) {
+    let p = parts(row);
+    let (k, per) = (out.len(), row.per());
+    let whole = per.is_multiple_of(32);
+    const ONE: usize = 1;
+    match row {
+        Row::Bytes { how, .. } => by_layout!(expand_bytes, ONE, how, whole, (&p, k, per, out)),
+        Row::Nibbles {
+            tables: Tables::ShiftScale(how),
+            ..
+        } => by_layout!(expand_int4, ONE, how, whole, (&p, k, per, out)),
+        Row::Nibbles {
+            tables: Tables::Palettes(_),
+            ..
+        } => match whole {
+            true => expand_palettes::<true>(&p, k, per, out),
+            false => expand_palettes::<false>(&p, k, per, out),
+        },
+    }
+}
