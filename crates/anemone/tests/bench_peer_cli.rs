@@ -10,24 +10,6 @@ use std::process::Command;
 
 use serde_json::Value;
 
-/// A small bundle of the qwen3_gqa4 fixture (context 32, prefill 4).
-fn bundle(dir: &Path) -> PathBuf {
-    let bundle = dir.join("b");
-    let fixture = support::fixture("qwen3_gqa4");
-    let out = support::anemone(&[
-        "convert",
-        fixture.to_str().unwrap(),
-        "--out",
-        bundle.to_str().unwrap(),
-        "--context",
-        "32",
-        "--prefill-len",
-        "4",
-    ]);
-    assert!(out.status.success(), "{}", support::text(&out.stderr));
-    bundle
-}
-
 /// An executable `python` at `dir` running `body` (a Python program) with python3, ignoring the
 /// script anemone passes; returns its path.
 fn stand_in_python(dir: &Path, body: &str) -> PathBuf {
@@ -63,7 +45,7 @@ for line in sys.stdin:
 #[test]
 fn bench_runs_the_peer_along_anemones_tokens_and_reports_ratios() {
     let dir = tempfile::tempdir().unwrap();
-    let bundle = bundle(dir.path());
+    let bundle = support::small_bundle(dir.path());
     let python = stand_in_python(dir.path(), STAND_IN);
     let source = dir.path().join("source.gguf");
     std::fs::write(&source, b"GGUF").unwrap();
@@ -148,7 +130,7 @@ fn bench_runs_the_peer_along_anemones_tokens_and_reports_ratios() {
 #[test]
 fn bench_peer_errors_name_the_cause_and_leave_nothing_behind() {
     let dir = tempfile::tempdir().unwrap();
-    let bundle = bundle(dir.path());
+    let bundle = support::small_bundle(dir.path());
     let source = dir.path().join("source.gguf");
     std::fs::write(&source, b"GGUF").unwrap();
     // the real peer under a Python without site-packages: llama-cpp-python and gguf are missing

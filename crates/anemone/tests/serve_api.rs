@@ -411,18 +411,7 @@ fn metric(base: &str, name: &str) -> u64 {
 fn bench_json_has_machine_os_commit_hashes_load_and_raw_timings() {
     let dir = tempfile::tempdir().unwrap();
     let fixture = support::fixture("qwen3_gqa4");
-    let bundle = dir.path().join("b");
-    let out = support::anemone(&[
-        "convert",
-        fixture.to_str().unwrap(),
-        "--out",
-        bundle.to_str().unwrap(),
-        "--context",
-        "32",
-        "--prefill-len",
-        "4",
-    ]);
-    assert!(out.status.success(), "{}", support::text(&out.stderr));
+    let bundle = support::small_bundle(dir.path());
     for (path, is_bundle) in [(&fixture, false), (&bundle, true)] {
         let mut args = vec![path.to_str().unwrap()];
         args.extend([

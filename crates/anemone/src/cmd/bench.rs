@@ -218,31 +218,8 @@ fn run_local(args: &BenchArgs, path: &Path) -> Result<()> {
             "{:<22} {:>8} {:>9} {:>12} {:>11} {:>10} {:>10}",
             "engine", "load s", "TTFT ms", "prefill t/s", "decode t/s", "tok p50 ms", "tok p95 ms"
         );
-        for r in &results {
-            let f = |k: &str| r[k].as_f64().unwrap_or(0.0);
-            println!(
-                "{:<22} {:>8.2} {:>9.1} {:>12.1} {:>11.1} {:>10.2} {:>10.2}",
-                r["engine"].as_str().unwrap_or(""),
-                f("load_s"),
-                f("ttft_s") * 1e3,
-                f("prefill_tok_s"),
-                f("decode_tok_s"),
-                f("token_p50_s") * 1e3,
-                f("token_p95_s") * 1e3
-            );
-        }
+        results.iter().chain(&peer_result).for_each(print_row);
         if let Some(p) = &peer_result {
-            let f = |k: &str| p[k].as_f64().unwrap_or(0.0);
-            println!(
-                "{:<22} {:>8.2} {:>9.1} {:>12.1} {:>11.1} {:>10.2} {:>10.2}",
-                p["engine"].as_str().unwrap_or(""),
-                f("load_s"),
-                f("ttft_s") * 1e3,
-                f("prefill_tok_s"),
-                f("decode_tok_s"),
-                f("token_p50_s") * 1e3,
-                f("token_p95_s") * 1e3
-            );
             for r in &results {
                 let ratio = |k: &str| r["ratio_to_peer"][k].as_f64().unwrap_or(0.0);
                 println!(
@@ -319,6 +296,21 @@ fn peer_summary(
         });
     }
     row
+}
+
+/// One engine's row of the table.
+fn print_row(r: &serde_json::Value) {
+    let f = |k: &str| r[k].as_f64().unwrap_or(0.0);
+    println!(
+        "{:<22} {:>8.2} {:>9.1} {:>12.1} {:>11.1} {:>10.2} {:>10.2}",
+        r["engine"].as_str().unwrap_or(""),
+        f("load_s"),
+        f("ttft_s") * 1e3,
+        f("prefill_tok_s"),
+        f("decode_tok_s"),
+        f("token_p50_s") * 1e3,
+        f("token_p95_s") * 1e3
+    );
 }
 
 fn label(is_bundle: bool, kind: BackendKind) -> String {

@@ -27,3 +27,22 @@ pub fn fixture(name: &str) -> std::path::PathBuf {
 pub fn model(name: &str) -> std::path::PathBuf {
     anemone_testkit::model(name)
 }
+
+/// Converts the qwen3_gqa4 oracle fixture into a small bundle at `dir/b` (context 32, prefill
+/// 4) and returns its path.
+pub fn small_bundle(dir: &std::path::Path) -> std::path::PathBuf {
+    let bundle = dir.join("b");
+    let fixture = fixture("qwen3_gqa4");
+    let out = anemone(&[
+        "convert",
+        fixture.to_str().unwrap(),
+        "--out",
+        bundle.to_str().unwrap(),
+        "--context",
+        "32",
+        "--prefill-len",
+        "4",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    bundle
+}
