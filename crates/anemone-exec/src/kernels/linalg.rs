@@ -225,7 +225,7 @@ pub fn matvec_group(group: &mut [Projection], x: &[f32]) -> Result<(), String> {
         blocks += rows.div_ceil(rows_per_block);
     }
     let (dot16, dot32) = (simd::dot_f16_kernel(), simd::dot_f32_kernel());
-    let dot16x4 = simd::dot_f16x4_kernel();
+    let (dot16x4, dot32x4) = (simd::dot_f16x4_kernel(), simd::dot_f32x4_kernel());
     let run_block = |b: usize| {
         let Some(job) = jobs.iter().rev().find(|j| j.first_block <= b) else {
             return;
@@ -252,7 +252,20 @@ pub fn matvec_group(group: &mut [Projection], x: &[f32]) -> Result<(), String> {
                 }
             }
             RowWeights::F32(a) => {
-                for (r, d) in out.iter_mut().enumerate() {
+                // four rows a pass where the CPU has it and the rows have unit column stride
+                // (each row's value is `dot32`'s)
+                let mut r = 0;
+                if let (Some(dot4), 1) = (dot32x4, a.cs) {
+                    for d in out.chunks_exact_mut(4) {
+                        let i = first + r;
+                        let v = dot4(&a.data[i * a.rs..(i + 3) * a.rs + k], a.rs, x);
+                        for (d, v) in d.iter_mut().zip(v) {
+                            *d = if job.accumulate { *d + v } else { v };
+                        }
+                        r += 4;
+                    }
+                }
+                for (r, d) in out.iter_mut().enumerate().skip(r) {
                     let i = first + r;
                     let v = if a.cs == 1 {
                         dot32(&a.data[i * a.rs..i * a.rs + k], x)

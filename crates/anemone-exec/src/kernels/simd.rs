@@ -113,8 +113,9 @@ mod avx2 {
     }
 }
 
-/// `R` fp16 rows a pass, sharing the loads of `x`: AVX-512 registers holding two of the fp16
-/// dot's 8-lane accumulators side by side, so each row's sum is `avx2::dot_f16`'s bit for bit.
+/// `R` rows a pass (fp16 or f32), sharing the loads of `x`: AVX-512 registers holding two of the
+/// one-row dot's 8-lane accumulators side by side, so each row's sum is `avx2::dot_f16`'s /
+/// `avx2::dot_f32`'s bit for bit.
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
     use std::arch::x86_64::*;
@@ -178,6 +179,87 @@ mod avx512 {
         }
         sums
     }
+
+    /// The dots of the `R` f32 rows at `w[r rs..r rs + k]` (`k = x.len()`) with `x`, each in the
+    /// order of `avx2::dot_f32`: element `i + 8a + l` of a 32-wide step into accumulator `a`,
+    /// lane `l` (register `a / 2`, lane `8 (a % 2) + l`); an 8-wide tail step into accumulator
+    /// 0 (the low half of register 0, the high half kept by the mask); then
+    /// `(acc0 + acc1) + (acc2 + acc3)`, the lanes summed as its horizontal sum, and the last
+    /// `k % 8` products added one by one (rounded, not fused).
+    ///
+    /// # Safety
+    /// `w` holds `(R - 1) rs + x.len()` values and the CPU has AVX-512F, AVX2 and FMA.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    pub unsafe fn dot_f32_rows<const R: usize>(w: &[f32], rs: usize, x: &[f32]) -> [f32; R] {
+        let n = x.len();
+        let (pw, px) = (w.as_ptr(), x.as_ptr());
+        // row r's values from element i
+        let at = |r: usize, i: usize| pw.add(r * rs + i);
+        let mut a01 = [_mm512_setzero_ps(); R];
+        let mut a23 = [_mm512_setzero_ps(); R];
+        let mut i = 0;
+        while i + 32 <= n {
+            let x0 = _mm512_loadu_ps(px.add(i));
+            let x1 = _mm512_loadu_ps(px.add(i + 16));
+            for r in 0..R {
+                a01[r] = _mm512_fmadd_ps(_mm512_loadu_ps(at(r, i)), x0, a01[r]);
+                a23[r] = _mm512_fmadd_ps(_mm512_loadu_ps(at(r, i + 16)), x1, a23[r]);
+            }
+            i += 32;
+        }
+        const LOW8: __mmask16 = 0x00FF;
+        while i + 8 <= n {
+            let xv = _mm512_maskz_loadu_ps(LOW8, px.add(i));
+            for (r, a) in a01.iter_mut().enumerate() {
+                let wv = _mm512_maskz_loadu_ps(LOW8, at(r, i));
+                *a = _mm512_mask3_fmadd_ps(wv, xv, *a, LOW8);
+            }
+            i += 8;
+        }
+        let mut sums = [0.0f32; R];
+        for r in 0..R {
+            let pair = |v: __m512| {
+                _mm256_add_ps(
+                    _mm512_castps512_ps256(v),
+                    _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v))),
+                )
+            };
+            let sum = _mm256_add_ps(pair(a01[r]), pair(a23[r]));
+            let mut l = [0.0f32; 8];
+            _mm256_storeu_ps(l.as_mut_ptr(), sum);
+            let mut s = (l[0] + l[4]) + (l[1] + l[5]) + ((l[2] + l[6]) + (l[3] + l[7]));
+            for (j, xj) in x.iter().enumerate().skip(i) {
+                s += *at(r, j) * xj;
+            }
+            sums[r] = s;
+        }
+        sums
+    }
+}
+
+/// Four f32 rows `w[r rs..r rs + k]` (`k = x.len()`, `rs` the row stride, `w` holding at least
+/// `3 rs + k` values) dotted with `x`.
+pub type DotF32x4 = fn(&[f32], usize, &[f32]) -> [f32; 4];
+
+/// Four rows a pass when this CPU has AVX-512 (each row's value is [`dot_f32_kernel`]'s bit for
+/// bit), else `None`.
+pub fn dot_f32x4_kernel() -> Option<DotF32x4> {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2_fma() && is_x86_feature_detected!("avx512f") {
+        // SAFETY: the features `dot_f32_rows` is compiled for were detected at run time; the
+        // slice length is checked (a short `w` takes the row-by-row path).
+        return Some(|w, rs, x| {
+            let k = x.len();
+            if w.len() >= 3 * rs + k {
+                unsafe { avx512::dot_f32_rows::<4>(w, rs, x) }
+            } else {
+                let d = dot_f32_kernel();
+                std::array::from_fn(|r| d(w.get(r * rs..r * rs + k).unwrap_or(&[]), x))
+            }
+        });
+    }
+    None
 }
 
 /// Four fp16 rows `w[r k..(r + 1) k]` (`k = x.len()`, `w.len() == 4 k`) dotted with `x`.
@@ -337,6 +419,57 @@ mod tests {
             for (r, g) in got.iter().enumerate() {
                 let want = dot(&w[r * n..(r + 1) * n], &x);
                 assert_eq!(g.to_bits(), want.to_bits(), "n={n} row {r}: {g} vs {want}");
+            }
+        }
+    }
+
+    /// Fails if a row of the four-row f32 dot differs from the one-row dot by one bit: every
+    /// length to 160 (every tail), long rows, rows packed and strided, values of varied
+    /// magnitude with specials (±0, ±inf, subnormals), each row different.
+    #[test]
+    fn four_row_f32_dot_is_the_one_row_dot_bit_for_bit() {
+        let Some(dot4) = dot_f32x4_kernel() else {
+            return;
+        };
+        let dot = dot_f32_kernel();
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let lengths = (0..=160).chain([255, 256, 257, 576, 583, 896, 1536, 4864]);
+        for (case, n) in lengths.enumerate() {
+            for rs in [n, n + 3] {
+                let w: Vec<f32> = (0..3 * rs + n)
+                    .map(|_| {
+                        let bits = next();
+                        match bits % 97 {
+                            0 => f32::INFINITY,
+                            1 => -0.0,
+                            2 => f32::from_bits((bits >> 20) as u32 & 0x007F_FFFF), // subnormal
+                            _ if case % 3 == 0 => {
+                                // any finite value from 2^-30 to 2^30, either sign
+                                let e = (97 + (bits >> 8) % 60) as u32;
+                                f32::from_bits((bits >> 32) as u32 & 0x807F_FFFF | e << 23)
+                            }
+                            _ => ((bits % 200_001) as f32 - 100_000.0) / 77_777.0,
+                        }
+                    })
+                    .collect();
+                let x: Vec<f32> = (0..n)
+                    .map(|_| ((next() % 200_001) as f32 - 100_000.0) / 31_337.0)
+                    .collect();
+                let got = dot4(&w, rs, &x);
+                for (r, g) in got.iter().enumerate() {
+                    let want = dot(&w[r * rs..r * rs + n], &x);
+                    assert_eq!(
+                        g.to_bits(),
+                        want.to_bits(),
+                        "n={n} rs={rs} row {r}: {g} vs {want}"
+                    );
+                }
             }
         }
     }

@@ -19,6 +19,7 @@ mod weights;
 use anemone_checkpoint::{Checkpoint, CheckpointError, DecoderConfig};
 
 pub use forward::Trace;
+pub use matvec::{rows_serial, rows_serial_f16};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ForwardError {

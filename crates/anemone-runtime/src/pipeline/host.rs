@@ -9,7 +9,9 @@ use anemone_checkpoint::TokenizerBundle;
 use anemone_exec::team::{self, SharedOut, Team};
 use anemone_models::bundle::Manifest;
 use anemone_models::families::decoder::tensor_names::{EMBED_TOKENS as EMBED, FINAL_NORM, LM_HEAD};
+#[cfg(doc)]
 use anemone_models::reference::kernels::{dot, dot_f16};
+use anemone_models::reference::{rows_serial, rows_serial_f16};
 use half::f16;
 use memmap2::Mmap;
 
@@ -103,12 +105,13 @@ impl HostTensor {
         }
     }
 
-    /// `Σ_i self[row, i]·x[i]`, the same sums in the same order for either dtype.
-    fn dot_row(&self, row: usize, x: &[f32]) -> f32 {
-        let range = row * x.len()..(row + 1) * x.len();
+    /// `out[i] = Σ_j self[first + i, j]·x[j]`: each one [`dot`] / [`dot_f16`] (the same sums
+    /// in the same order for either dtype), several rows a pass where the CPU has it.
+    fn dot_rows(&self, first: usize, x: &[f32], out: &mut [f32]) {
+        let range = first * x.len()..(first + out.len()) * x.len();
         match self {
-            HostTensor::F32(v) => dot(&v.as_slice()[range], x),
-            HostTensor::F16(v) => dot_f16(&v.as_slice()[range], x),
+            HostTensor::F32(v) => rows_serial(&v.as_slice()[range], x, out),
+            HostTensor::F16(v) => rows_serial_f16(&v.as_slice()[range], x, out),
         }
     }
 
@@ -202,7 +205,7 @@ impl HostWeights {
     }
 
     /// `lm_head(rms_norm(x) · w)` for one hidden vector, in f32, its rows spread over `team`
-    /// (each row one [`dot`] / [`dot_f16`], whichever thread runs it).
+    /// (each row one [`dot`] / [`dot_f16`], whichever thread or kernel runs it).
     pub fn logits(&self, x: &[f32], team: Option<&Team>) -> Vec<f32> {
         let h = self.hidden;
         let mean_sq = x.iter().map(|v| (*v as f64) * (*v as f64)).sum::<f64>() / h as f64;
@@ -219,7 +222,8 @@ impl HostWeights {
         } else {
             4
         };
-        let rows_per_block = (HEAD_BLOCK_BYTES / row_bytes.max(1)).max(1);
+        // a multiple of 4, the rows of a pass of the four-row kernels
+        let rows_per_block = (HEAD_BLOCK_BYTES / row_bytes.max(1)).max(4) / 4 * 4;
         let blocks = self.vocab.div_ceil(rows_per_block);
         let out = SharedOut::new(&mut logits);
         let vocab = self.vocab;
@@ -228,9 +232,7 @@ impl HostWeights {
             let last = (first + rows_per_block).min(vocab);
             // SAFETY: blocks are disjoint row ranges of `logits`, which outlives the region.
             let rows = unsafe { out.slice(first..last) };
-            for (i, o) in rows.iter_mut().enumerate() {
-                *o = head.dot_row(first + i, &normed);
-            }
+            head.dot_rows(first, &normed, rows);
         });
         logits
     }
