@@ -136,8 +136,16 @@ pub fn attend_one(
     round_if(round.shifted, s);
     softmax(s, &[1, c], 1, Accumulation::F32);
     round_if(round.probs, s);
+    // four rows of `v` a pass where the CPU has it (each row's value is `dot`'s)
     let dot = simd::dot_f32_kernel();
-    for (o, row) in out.iter_mut().zip(w.v.chunks_exact(c.max(1))) {
+    let mut done = 0;
+    if let (Some(dot4), true) = (simd::dot_f32x4_kernel(), c > 0) {
+        for (q, o) in out.chunks_exact_mut(4).enumerate() {
+            o.copy_from_slice(&dot4(&w.v[4 * q * c..4 * (q + 1) * c], c, s));
+        }
+        done = dv / 4 * 4;
+    }
+    for (o, row) in out.iter_mut().zip(w.v.chunks_exact(c.max(1))).skip(done) {
         *o = dot(row, s);
     }
     if c == 0 {
