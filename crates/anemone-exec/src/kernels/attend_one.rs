@@ -27,6 +27,12 @@ use super::{simd, Accumulation};
 /// `k[0][j]·q[0]`, then `fma(k[i][j], q[i], ·)` for `i = 1..d`.
 pub fn scores_row(q: &[f32], k: &[f32], c: usize, out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("fma") {
+        // SAFETY: the features the function is compiled for were detected at run time.
+        unsafe { scores_row_avx512(q, k, c, out) };
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
     if is_x86_feature_detected!("fma") {
         // SAFETY: the feature the function is compiled for was detected at run time.
         unsafe { scores_row_fma(q, k, c, out) };
@@ -38,6 +44,13 @@ pub fn scores_row(q: &[f32], k: &[f32], c: usize, out: &mut [f32]) {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "fma,avx2")]
 unsafe fn scores_row_fma(q: &[f32], k: &[f32], c: usize, out: &mut [f32]) {
+    scores_row_generic(q, k, c, out);
+}
+
+/// [`scores_row_generic`] in 16-lane registers (the same fused multiply-add per element).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,fma,avx2")]
+unsafe fn scores_row_avx512(q: &[f32], k: &[f32], c: usize, out: &mut [f32]) {
     scores_row_generic(q, k, c, out);
 }
 
@@ -53,8 +66,24 @@ fn scores_row_generic(q: &[f32], k: &[f32], c: usize, out: &mut [f32]) {
     for (o, &kv) in out.iter_mut().zip(&k[..c]) {
         *o = kv * q0;
     }
-    for (i, &qi) in rest.iter().enumerate() {
-        let row = &k[(i + 1) * c..(i + 2) * c];
+    // four channels a pass over `out` (each element's chain of fused multiply-adds is the
+    // same, channel by channel in order), then the rest one by one
+    let quads = rest.chunks_exact(4);
+    let tail = quads.remainder();
+    for (p, qs) in quads.enumerate() {
+        let at = |r: usize| &k[(4 * p + r + 1) * c..(4 * p + r + 2) * c];
+        let (k0, k1, k2, k3) = (at(0), at(1), at(2), at(3));
+        let ks = k0.iter().zip(k1).zip(k2).zip(k3);
+        for (o, (((&a, &b), &e), &f)) in out.iter_mut().zip(ks) {
+            let v = a.mul_add(qs[0], *o);
+            let v = b.mul_add(qs[1], v);
+            let v = e.mul_add(qs[2], v);
+            *o = f.mul_add(qs[3], v);
+        }
+    }
+    let first_tail = 1 + (rest.len() - tail.len());
+    for (i, &qi) in tail.iter().enumerate() {
+        let row = &k[(first_tail + i) * c..(first_tail + i + 1) * c];
         for (o, &kv) in out.iter_mut().zip(row) {
             *o = kv.mul_add(qi, *o);
         }
@@ -300,6 +329,25 @@ mod tests {
                         "{d}×{dv}×{c} filled {filled} {r:?} scores first {scores_first}"
                     );
                 }
+            }
+        }
+    }
+
+    /// Fails if a score's chain of fused multiply-adds changes by one bit (whichever kernel
+    /// this CPU runs): every head dim to 13 (every channel tail), column counts with every lane
+    /// tail, against the chain spelled out channel by channel.
+    #[test]
+    fn scores_keep_their_chain_for_every_shape() {
+        for d in (1..=13).chain([64, 67, 128]) {
+            for c in (1..=40).chain([63, 64, 65, 257]) {
+                let q = values(d, 7 + d as u64, 1.7);
+                let k = values(d * c, 9 + c as u64, 2.3);
+                let mut got = vec![f32::NAN; c];
+                scores_row(&q, &k, c, &mut got);
+                let want: Vec<f32> = (0..c)
+                    .map(|j| (1..d).fold(k[j] * q[0], |acc, i| k[i * c + j].mul_add(q[i], acc)))
+                    .collect();
+                assert_eq!(bits(&got), bits(&want), "d {d} c {c}");
             }
         }
     }
