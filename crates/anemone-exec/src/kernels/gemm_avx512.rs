@@ -214,13 +214,14 @@ unsafe fn product(
                 Err(_) => &mut own,
             };
             // SAFETY: the caller's contract; rows r0..r1 of `a` and `dst`.
-            unsafe { rows(d, a, r0, r1, k, b, kc, accumulate, scratch) };
+            unsafe { rows(d, a, m, r0, r1, k, b, kc, accumulate, scratch) };
         });
     };
     crate::team::for_each_block(team.as_deref(), blocks, &run_block);
 }
 
-/// Rows `r0..r1` of the product into `d` (those rows of `dst`), tile by tile.
+/// Rows `r0..r1` of the product into `d`, tile by tile; while a tile runs, the next six rows
+/// of `a` (of `m`) are prefetched, so that streaming the weight overlaps the arithmetic.
 ///
 /// # Safety
 /// As [`product`]; `d` holds `(r1 - r0) · n` values.
@@ -229,6 +230,7 @@ unsafe fn product(
 unsafe fn rows(
     d: &mut [f32],
     a: Lhs,
+    m: usize,
     r0: usize,
     r1: usize,
     k: usize,
@@ -249,34 +251,65 @@ unsafe fn rows(
                 (scratch.as_ptr(), k)
             }
         };
+        // the bytes of the next rows (inside the operand)
+        let next = (g0 + nr).min(m);
+        let next_rows = TILE_ROWS.min(m - next);
+        let (pf, pf_bytes) = match a {
+            Lhs::F32 { data, rs } => {
+                let start = (next * rs).min(data.len());
+                let end = (start + next_rows * rs).min(data.len());
+                (data.as_ptr().add(start) as *const u8, 4 * (end - start))
+            }
+            Lhs::F16(w16) => (w16.as_ptr().add(next * k) as *const u8, 2 * next_rows * k),
+        };
         let mut t0 = 0;
         while t0 < n {
             let nt = TILE_COLS.min(n - t0);
             let mv = nt.div_ceil(16);
             let tail = nt - 16 * (mv - 1);
-            let mask: u16 = if tail == 16 { !0 } else { (1 << tail) - 1 };
-            let tile = TILES[mv - 1][nr - 1];
-            tile(
+            let args = TileArgs {
                 w,
                 w_rs,
-                b.data.as_ptr().add(t0),
-                b.rs,
-                d.as_mut_ptr().add((g0 - r0) * n + t0),
-                n,
-                mask,
+                x: b.data.as_ptr().add(t0),
+                x_rs: b.rs,
+                dst: d.as_mut_ptr().add((g0 - r0) * n + t0),
+                dst_rs: n,
+                mask: if tail == 16 { !0 } else { (1 << tail) - 1 },
                 k,
                 kc,
                 accumulate,
-            );
+                pf,
+                // once per row group
+                pf_lines: if t0 == 0 { pf_bytes / 64 } else { 0 },
+            };
+            TILES[mv - 1][nr - 1](&args);
             t0 += nt;
         }
         g0 += nr;
     }
 }
 
+/// One tile's operands: `NR` rows of `a` (row `j` at `w + j·w_rs`) × `MV` vectors of 16
+/// columns of `b` (row `d` at `x + d·x_rs`; `mask` selects the lanes of the last vector) into
+/// `dst` (row `j` at `dst + j·dst_rs`); `pf_lines` cache lines from `pf` to prefetch meanwhile.
 #[cfg(target_arch = "x86_64")]
-type TileFn =
-    unsafe fn(*const f32, usize, *const f32, usize, *mut f32, usize, u16, usize, usize, bool);
+struct TileArgs {
+    w: *const f32,
+    w_rs: usize,
+    x: *const f32,
+    x_rs: usize,
+    dst: *mut f32,
+    dst_rs: usize,
+    mask: u16,
+    k: usize,
+    kc: usize,
+    accumulate: bool,
+    pf: *const u8,
+    pf_lines: usize,
+}
+
+#[cfg(target_arch = "x86_64")]
+type TileFn = unsafe fn(&TileArgs);
 
 #[cfg(target_arch = "x86_64")]
 macro_rules! tiles {
@@ -296,30 +329,32 @@ macro_rules! tiles {
 #[cfg(target_arch = "x86_64")]
 static TILES: [[TileFn; TILE_ROWS]; TILE_COLS / 16] = tiles!(1, 2, 3, 4);
 
-/// One tile: `NR` rows of `a` (row `j` at `w + j·w_rs`) × `MV` vectors of 16 columns of `b`
-/// (row `d` at `x + d·x_rs`; `mask` selects the lanes of the last vector) into `dst` (row `j`
-/// at `dst + j·dst_rs`), summed in `gemm`'s blocks of `kc` (module docs).
+/// One tile ([`TileArgs`]), summed in `gemm`'s blocks of `kc` (module docs).
 ///
 /// # Safety
 /// AVX-512F and FMA are available; every row and column addressed (the masked lanes excepted)
 /// lies inside its buffer.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,fma")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn tile<const MV: usize, const NR: usize>(
-    w: *const f32,
-    w_rs: usize,
-    x: *const f32,
-    x_rs: usize,
-    dst: *mut f32,
-    dst_rs: usize,
-    mask: u16,
-    k: usize,
-    kc: usize,
-    accumulate: bool,
-) {
+unsafe fn tile<const MV: usize, const NR: usize>(t: &TileArgs) {
     use std::arch::x86_64::*;
+    let TileArgs {
+        w,
+        w_rs,
+        x,
+        x_rs,
+        dst,
+        dst_rs,
+        mask,
+        k,
+        kc,
+        accumulate,
+        pf,
+        pf_lines,
+    } = *t;
     let lanes = |v: usize| if v + 1 == MV { mask } else { !0 };
+    // line `(d · pf_step) >> 16` at depth d: the lines spread evenly over the k depths
+    let pf_step = (pf_lines << 16) / k;
     let mut add = accumulate;
     let mut d0 = 0;
     while d0 < k {
@@ -327,6 +362,8 @@ unsafe fn tile<const MV: usize, const NR: usize>(
         // one block: every accumulator from +0, one FMA per depth in order
         let mut acc = [[_mm512_setzero_ps(); MV]; NR];
         for d in d0..d1 {
+            // a hint only: it never faults and changes no value
+            _mm_prefetch::<_MM_HINT_T1>(pf.wrapping_add(((d * pf_step) >> 16) * 64) as *const i8);
             let xr = x.add(d * x_rs);
             let mut xv = [_mm512_setzero_ps(); MV];
             for (v, xv) in xv.iter_mut().enumerate() {
