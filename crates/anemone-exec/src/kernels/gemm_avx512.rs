@@ -353,8 +353,10 @@ unsafe fn tile<const MV: usize, const NR: usize>(t: &TileArgs) {
         pf_lines,
     } = *t;
     let lanes = |v: usize| if v + 1 == MV { mask } else { !0 };
-    // line `(d · pf_step) >> 16` at depth d: the lines spread evenly over the k depths
-    let pf_step = (pf_lines << 16) / k;
+    // line `min((d · pf_step) >> 16, last)` at depth d: the lines spread evenly over the first
+    // half of the k depths, so that the last ones arrive well before the next tile
+    let pf_step = (pf_lines << 17) / k;
+    let pf_last = pf_lines.saturating_sub(1);
     let mut add = accumulate;
     let mut d0 = 0;
     while d0 < k {
@@ -363,7 +365,8 @@ unsafe fn tile<const MV: usize, const NR: usize>(t: &TileArgs) {
         let mut acc = [[_mm512_setzero_ps(); MV]; NR];
         for d in d0..d1 {
             // a hint only: it never faults and changes no value
-            _mm_prefetch::<_MM_HINT_T1>(pf.wrapping_add(((d * pf_step) >> 16) * 64) as *const i8);
+            let line = ((d * pf_step) >> 16).min(pf_last);
+            _mm_prefetch::<_MM_HINT_T1>(pf.wrapping_add(line * 64) as *const i8);
             let xr = x.add(d * x_rs);
             let mut xv = [_mm512_setzero_ps(); MV];
             for (v, xv) in xv.iter_mut().enumerate() {
