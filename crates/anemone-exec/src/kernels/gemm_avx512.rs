@@ -41,8 +41,10 @@ pub enum Lhs<'a> {
 }
 
 /// Rows of `a` per tile (a register block is 6 rows × 4 vectors of 16 columns).
+#[cfg(target_arch = "x86_64")]
 const TILE_ROWS: usize = 6;
 /// Columns of `b` per tile.
+#[cfg(target_arch = "x86_64")]
 const TILE_COLS: usize = 64;
 
 /// Whether [`matmul`] gives `gemm`'s values for this product: the shape takes `gemm`'s blocked
@@ -159,9 +161,13 @@ pub fn matmul(
     unsafe {
         product(dst, a, m, k, b, accumulate, parallel)
     };
+    // elsewhere `applies` is false: nothing reaches here
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (accumulate, parallel);
     Ok(())
 }
 
+#[cfg(target_arch = "x86_64")]
 std::thread_local! {
     /// Per-thread buffer for six fp16 rows widened to f32.
     static ROWS: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
