@@ -15,7 +15,8 @@ use anemone_mil::ConvParams;
 use half::f16;
 use rayon::prelude::*;
 
-use super::linalg::{matmul_into, matmul_on, with_widened, MatRef, PARALLEL_WORK};
+use super::gemm_avx512::Lhs;
+use super::linalg::{gemm_product, matmul_into, with_widened, MatRef, PARALLEL_WORK};
 
 /// Bytes of widened weight per panel aimed at: a quarter of a 1 MiB L2, leaving room for the
 /// packed operands.
@@ -70,7 +71,9 @@ unsafe fn widen_avx512(src: &[f16], dst: &mut [f32]) {
 }
 
 /// `dst [m × n] = W [m × k] · b` for an fp16 row-major `W`, the values of `matmul_into` on an
-/// f32 copy of `W`.
+/// f32 copy of `W`: [`super::gemm_avx512`] where it applies (widening six rows at a time, the
+/// values of one `gemm` call on the whole product, which the panels below equal), else `gemm`
+/// on panels.
 pub fn matmul_f16_lhs(
     dst: &mut [f32],
     w: &[f16],
@@ -88,6 +91,22 @@ pub fn matmul_f16_lhs(
             dst.len()
         ));
     }
+    if super::gemm_avx512::applies(m, n, k, 1, &b) {
+        let parallel = m * n * k >= PARALLEL_WORK;
+        return super::gemm_avx512::matmul(dst, Lhs::F16(w), m, k, b, false, parallel);
+    }
+    matmul_f16_lhs_gemm(dst, w, m, k, b)
+}
+
+/// [`matmul_f16_lhs`] through `gemm` (panels widened one at a time), after its checks.
+pub(crate) fn matmul_f16_lhs_gemm(
+    dst: &mut [f32],
+    w: &[f16],
+    m: usize,
+    k: usize,
+    b: MatRef,
+) -> Result<(), String> {
+    let n = b.cols;
     let Some(rows) = panel_rows(m, n, k) else {
         return with_widened(w, |wf| {
             matmul_into(dst, MatRef::row_major(wf, m, k), b, false)
@@ -97,7 +116,8 @@ pub fn matmul_f16_lhs(
         let r0 = i * rows;
         let r = d.len() / n;
         with_widened(&w[r0 * k..(r0 + r) * k], |wf| {
-            matmul_on(d, MatRef::row_major(wf, r, k), b, false, false)
+            gemm_product(d, MatRef::row_major(wf, r, k), b, false, false);
+            Ok(())
         })
     };
     if m * n * k >= PARALLEL_WORK {

@@ -91,6 +91,29 @@ pub(crate) fn matmul_on(
         matvec_strided(dst, a, &x, accumulate);
         return Ok(());
     }
+    if super::gemm_avx512::applies(m, n, k, a.cs, &b) {
+        let lhs = super::gemm_avx512::Lhs::F32 {
+            data: a.data,
+            rs: a.rs,
+        };
+        return super::gemm_avx512::matmul(dst, lhs, m, k, b, accumulate, parallel);
+    }
+    gemm_product(dst, a, b, accumulate, parallel);
+    Ok(())
+}
+
+/// The `gemm` call of [`matmul_on`] (`dst` row-major, `alpha = beta = 1`), whose values
+/// [`super::gemm_avx512`] reproduces. The caller checked the operands as `matmul_on` does
+/// (`m, n, k ≥ 1`, both views inside their slices, `dst` of `m × n`).
+pub(crate) fn gemm_product(
+    dst: &mut [f32],
+    a: MatRef,
+    b: MatRef,
+    accumulate: bool,
+    parallel: bool,
+) {
+    let (m, k, n) = (a.rows, a.cols, b.cols);
+    assert!(b.rows == k && dst.len() == m * n && a.fits() && b.fits());
     let parallelism = if parallel {
         Parallelism::Rayon(0)
     } else {
@@ -121,7 +144,6 @@ pub(crate) fn matmul_on(
             parallelism,
         );
     }
-    Ok(())
 }
 
 /// Bytes of weight rows per block of a matvec region (blocks are claimed by the team's
