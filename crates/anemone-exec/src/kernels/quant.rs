@@ -11,7 +11,8 @@
 //! a pass (`quant_avx512.rs`), sharing the loads of `x`; each row keeps its own accumulators, so
 //! its value does not depend on its neighbours. Rows these kernels do not cover (no AVX-512
 //! F/BW/VL/VBMI, a row length not a multiple of 32, blocks not a multiple of 16 columns) take
-//! the row-forming path in `packed.rs`.
+//! the row-forming path in `packed.rs`. On a CPU with AVX512-FP16, 8-bit rows are formed in
+//! fp16 arithmetic, 32 values an instruction (`quant_fp16.rs`, which shows the values equal).
 
 use half::f16;
 use rayon::prelude::*;
@@ -199,7 +200,7 @@ pub fn expand(row: &Row, out: &mut [f32]) -> bool {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: as in `dot`, with `out` of the row's length.
     unsafe {
-        avx512::expand(row, out)
+        avx512::expand(row, out, avx512::fp16::available())
     };
     #[cfg(target_arch = "x86_64")]
     return true;
@@ -265,7 +266,8 @@ unsafe fn dot_covered<const R: usize>(rows: &[Row; R], x: &[f32]) -> [f32; R] {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: `covers` checked the CPU features and each row's shape and slices; the rows
     // share one layout and hold `x.len()` elements (the caller's contract).
-    return unsafe { avx512::dot(rows, x) };
+    // `fp16` only where the CPU has AVX512-FP16.
+    return unsafe { avx512::dot(rows, x, avx512::fp16::available()) };
     #[cfg(not(target_arch = "x86_64"))]
     {
         let _ = (rows, x);
