@@ -106,41 +106,79 @@ unsafe fn values<const SIGNED: bool, const OFF: u8>(c: *const u8, p: Half16) -> 
     )
 }
 
-/// Block `b`'s parameters of a row, broadcast to all 32 lanes, and whether its offset is an
-/// fp16 value (always, without an offset).
+/// The parameters of up to 16 consecutive blocks of a row as fp16 lanes 0..16 (the upper
+/// lanes unspecified): its scales as stored, its offsets converted to fp16.
+#[derive(Clone, Copy)]
+struct Run {
+    s: __m512i,
+    o: __m512i,
+}
+
+/// Blocks `b..b + 16` (those below `blocks`) of a row, and whether each of their offsets is an
+/// fp16 value (converts to fp16 and back to the same bits; always, without an offset).
 ///
 /// # Safety
-/// The row's scales (and offsets, for `OFF != NO_OFFSET`) hold block `b`.
+/// The row's scales (and offsets, for `OFF != NO_OFFSET`) hold `blocks` blocks; `b < blocks`.
 #[inline]
-#[target_feature(enable = "avx512f,avx512bw,f16c")]
-unsafe fn block<const OFF: u8>(p: &Parts, b: usize) -> (Half16, bool) {
-    let s = _mm512_set1_epi16((p.scales.add(2 * b) as *const i16).read_unaligned());
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+unsafe fn run<const OFF: u8>(p: &Parts, b: usize, blocks: usize) -> (Run, bool) {
+    let left = (blocks - b).min(16);
+    let mask = (((1u32 << left) - 1) & 0xFFFF) as __mmask16;
+    let s = _mm512_castsi256_si512(_mm256_maskz_loadu_epi16(
+        mask,
+        p.scales.add(2 * b) as *const i16,
+    ));
     if OFF == NO_OFFSET {
-        return (
-            Half16 {
-                s,
-                o: _mm512_setzero_si512(),
-            },
-            true,
-        );
+        let o = _mm512_setzero_si512();
+        return (Run { s, o }, true);
     }
-    let of = _mm_set1_ps(*p.offsets.add(b));
-    let oh = _mm_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(of);
-    // exact iff the round trip returns the same bits (a NaN offset: its quieted payload may
-    // not; such a row takes the f32 kernel)
-    let back = _mm_cvtph_ps(oh);
-    let exact = _mm_movemask_epi8(_mm_cmpeq_epi32(
-        _mm_castps_si128(back),
-        _mm_castps_si128(of),
-    )) & 0xF
-        == 0xF;
-    (
-        Half16 {
-            s,
-            o: _mm512_broadcastw_epi16(oh),
+    // lanes past the last block load as 0.0 and convert back to it
+    let of = _mm512_maskz_loadu_ps(mask, p.offsets.add(b));
+    let oh = _mm512_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(of);
+    let back = _mm512_cvtph_ps(oh);
+    let same = _mm512_cmpeq_epi32_mask(_mm512_castps_si512(back), _mm512_castps_si512(of));
+    let o = _mm512_castsi256_si512(oh);
+    (Run { s, o }, same == 0xFFFF)
+}
+
+/// Block `b`'s parameters, broadcast to all 32 lanes, from the run holding it (loaded by
+/// [`run`] at `b - b % 16`).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw")]
+fn pick<const OFF: u8>(r: &Run, b: usize) -> Half16 {
+    let at = _mm512_set1_epi16((b % 16) as i16);
+    Half16 {
+        s: _mm512_permutexvar_epi16(at, r.s),
+        o: if OFF == NO_OFFSET {
+            r.o
+        } else {
+            _mm512_permutexvar_epi16(at, r.o)
         },
-        exact,
-    )
+    }
+}
+
+/// The parameters of `R` rows block by block (asked for in order from 0), a run of 16 blocks
+/// loaded at every 16th; `exact` turns false at an offset that is not an fp16 value.
+///
+/// # Safety
+/// As [`run`], for every row, with `b < blocks` at each call.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+unsafe fn block<const R: usize, const OFF: u8>(
+    p: &[Parts; R],
+    blocks: usize,
+    runs: &mut [Run; R],
+    exact: &mut bool,
+    b: usize,
+) -> [Half16; R] {
+    if b.is_multiple_of(16) {
+        for r in 0..R {
+            let (run, e) = run::<OFF>(&p[r], b, blocks);
+            runs[r] = run;
+            *exact &= e;
+        }
+    }
+    std::array::from_fn(|r| pick::<OFF>(&runs[r], b))
 }
 
 /// Lanes 0..16 of `lo`, 16..32 of `hi`.
@@ -211,18 +249,14 @@ unsafe fn dot_bytes<const R: usize, const SIGNED: bool, const OFF: u8, const WHO
 ) -> Option<[f32; R]> {
     let mut a01 = [_mm512_setzero_ps(); R];
     let mut a23 = [_mm512_setzero_ps(); R];
-    let mut exact = true;
+    let (mut exact, blocks) = (true, x.len() / per);
+    let zero = _mm512_setzero_si512();
+    let mut runs = [Run { s: zero, o: zero }; R];
     let px = x.as_ptr();
     walk32::<R, WHOLE>(
         x.len(),
         per,
-        |b| {
-            std::array::from_fn(|r| {
-                let (h, e) = block::<OFF>(&p[r], b);
-                exact &= e;
-                h
-            })
-        },
+        |b| block::<R, OFF>(p, blocks, &mut runs, &mut exact, b),
         |j, h| {
             let (x0, x1) = (_mm512_loadu_ps(px.add(j)), _mm512_loadu_ps(px.add(j + 16)));
             for r in 0..R {
@@ -241,16 +275,14 @@ unsafe fn expand_bytes<const R: usize, const SIGNED: bool, const OFF: u8, const 
     out: &mut [f32],
     per: usize,
 ) -> bool {
-    let mut exact = true;
+    let (mut exact, blocks) = (true, out.len() / per);
+    let zero = _mm512_setzero_si512();
+    let mut runs = [Run { s: zero, o: zero }; 1];
     let po = out.as_mut_ptr();
     walk32::<1, WHOLE>(
         out.len(),
         per,
-        |b| {
-            let (h, e) = block::<OFF>(p, b);
-            exact &= e;
-            [h]
-        },
+        |b| block::<1, OFF>(&[*p], blocks, &mut runs, &mut exact, b),
         |j, h| {
             let (w0, w1) = values::<SIGNED, OFF>(p.codes.add(j), h[0]);
             _mm512_storeu_ps(po.add(j), w0);

@@ -7,7 +7,7 @@ use half::f16;
 
 use super::super::super::{available as f32_available, Row, ShiftScale};
 use super::super::{byte_values, dot as any_dot, expand as any_expand, Params};
-use super::{available, block, values, Half16, NO_OFFSET, ROUNDED};
+use super::{available, block, values, Half16, Run, NO_OFFSET, ROUNDED};
 
 fn runs() -> bool {
     f32_available() && available()
@@ -59,7 +59,9 @@ unsafe fn new<const SIGNED: bool, const OFF: u8>(
         offsets: offsets.as_ptr(),
         palettes: std::ptr::null(),
     };
-    let (h, exact): (Half16, bool) = block::<OFF>(&parts, 0);
+    let zero = _mm512_setzero_si512();
+    let (mut runs, mut exact) = ([Run { s: zero, o: zero }], true);
+    let [h]: [Half16; 1] = block::<1, OFF>(&[parts], 1, &mut runs, &mut exact, 0);
     let (lo, hi) = values::<SIGNED, OFF>(c, h);
     let mut out = [0u32; 32];
     _mm512_storeu_ps(out.as_mut_ptr() as *mut f32, lo);
