@@ -307,7 +307,7 @@ fn a_fused_group_is_each_weights_own_matvec() {
             None,
         )
         .unwrap();
-        let mut d = vec![0.0; 8];
+        let mut d = [0.0; 8];
         assert!(!HalfWeight::matvec_fused_group(
             &mut [(&odd, &mut d[..])],
             &x[..40]

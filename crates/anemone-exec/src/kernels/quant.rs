@@ -312,7 +312,7 @@ pub fn matvec_weights(group: &mut [(&mut [f32], Weight)], x: &[f32]) -> bool {
         .map(|(dst, w)| {
             let w = *w;
             Projection {
-                dst: &mut **dst,
+                dst,
                 row_of: move |i| w.row(i),
             }
         })

@@ -198,7 +198,7 @@ impl Weight {
                 (0..blocks)
                     .map(|_| {
                         f16::from_bits(
-                            (rng.next() as u16) & 0x7BFF | 0x8000 * (rng.next() as u16 & 1),
+                            ((rng.next() as u16) & 0x7BFF) | (0x8000 * (rng.next() as u16 & 1)),
                         )
                         .to_f32()
                     })
