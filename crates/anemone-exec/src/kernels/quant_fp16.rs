@@ -57,10 +57,12 @@ fn dequantize<const OFF: u8>(ints: __m512i, p: Half16) -> __m512i {
     if OFF == NO_OFFSET {
         // SAFETY: register-only AVX512-FP16 arithmetic (the CPU has it: this function's
         // target features, checked by `available` before any caller runs); `t` is a separate
-        // output register (`out`, not `lateout`), so writing it never clobbers `s`.
+        // output register (`out`, not `lateout`), so writing it never clobbers `s`. Every
+        // instruction has embedded rounding, which suppresses exceptions: no MXCSR flag (nor
+        // EFLAGS) changes, as `preserves_flags` promises.
         unsafe {
             asm!(
-                "vcvtw2ph {t}, {i}",
+                "vcvtw2ph {t}, {i}, {{rn-sae}}",
                 "vmulph {t}, {t}, {s}, {{rn-sae}}",
                 i = in(zmm_reg) ints,
                 s = in(zmm_reg) p.s,
@@ -72,7 +74,7 @@ fn dequantize<const OFF: u8>(ints: __m512i, p: Half16) -> __m512i {
         // SAFETY: as above; `t` is distinct from `i`, `o` and `s`.
         unsafe {
             asm!(
-                "vcvtw2ph {t}, {i}",
+                "vcvtw2ph {t}, {i}, {{rn-sae}}",
                 "vsubph {t}, {t}, {o}, {{rn-sae}}",
                 "vmulph {t}, {t}, {s}, {{rn-sae}}",
                 i = in(zmm_reg) ints,
