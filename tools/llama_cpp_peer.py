@@ -91,6 +91,16 @@ class LlamaEngine:
         self.llm = Llama(model_path=str(path), n_ctx=context, n_batch=context, n_ubatch=context,
                          n_threads=threads, n_threads_batch=threads, verbose=False)
 
+    def last_logits(self):
+        """The logits of the last evaluated token, read from the context itself: since 0.3.x,
+        `Llama.eval` fills `Llama.scores` only with `logits_all=True` (they stay zero otherwise,
+        so an argmax of them is always token 0)."""
+        import llama_cpp
+        import numpy as np
+
+        ptr = llama_cpp.llama_get_logits_ith(self.llm._ctx.ctx, -1)
+        return np.ctypeslib.as_array(ptr, shape=(self.llm.n_vocab(),))
+
     def greedy(self, prompt, n):
         import numpy as np
 
@@ -98,7 +108,7 @@ class LlamaEngine:
         self.llm.eval(prompt)
         out = []
         for _ in range(n):
-            tok = int(np.argmax(self.llm.scores[self.llm.n_tokens - 1]))
+            tok = int(np.argmax(self.last_logits()))
             out.append(tok)
             self.llm.eval([tok])
         return out
@@ -108,13 +118,13 @@ class LlamaEngine:
         self.llm.reset()
         t0 = time.perf_counter()
         self.llm.eval(prompt)
-        _ = self.llm.scores[self.llm.n_tokens - 1][0]
+        _ = self.last_logits()[0]
         prefill_s = time.perf_counter() - t0
         token_s = []
         for tok in forced:
             t = time.perf_counter()
             self.llm.eval([tok])
-            _ = self.llm.scores[self.llm.n_tokens - 1][0]
+            _ = self.last_logits()[0]
             token_s.append(time.perf_counter() - t)
         return prefill_s, token_s
 

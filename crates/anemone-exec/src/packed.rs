@@ -100,7 +100,13 @@ impl Blocks {
     /// Block of element `(row, 0)`; column `c` is `c / cols_per` blocks further.
     #[inline]
     fn row(&self, row: usize) -> usize {
-        row / self.rows_per * self.col_blocks
+        // one block of rows per row (the usual layout) needs no division, run per row
+        let group = if self.rows_per == 1 {
+            row
+        } else {
+            row / self.rows_per
+        };
+        group * self.col_blocks
     }
 }
 
@@ -363,8 +369,67 @@ impl HalfWeight {
         }
     }
 
+    /// The whole weight as the fused kernels read it ([`quant::Weight`]), in the layout of
+    /// [`Self::fused_row`] (`Weight::row(i)` is `fused_row(i)`): rows found by arithmetic.
+    fn fused_weight(&self) -> Option<quant::Weight<'_>> {
+        let k = self.shape[1];
+        let (all, blocks) = match &self.data {
+            WeightData::Half(_) => return None,
+            WeightData::ShiftScale {
+                data,
+                scale,
+                offset,
+                offset_promotes,
+                blocks,
+            } => {
+                let how = quant::ShiftScale {
+                    signed: matches!(data.dtype(), DType::I8 | DType::I4),
+                    scales: scale.bytes(),
+                    offsets: offset.as_deref(),
+                    round_shift: !offset_promotes,
+                };
+                let per = blocks.cols_per;
+                let all = match data.dtype() {
+                    DType::I8 | DType::U8 => quant::Row::Bytes {
+                        codes: data.bytes(),
+                        how,
+                        per,
+                    },
+                    DType::I4 | DType::U4 => quant::Row::Nibbles {
+                        codes: data.bytes(),
+                        tables: quant::Tables::ShiftScale(how),
+                        per,
+                    },
+                    _ => return None,
+                };
+                (all, blocks)
+            }
+            WeightData::Lut {
+                indices,
+                table,
+                palette,
+                blocks,
+            } => {
+                if indices.dtype() != DType::U4 || *palette != 16 {
+                    return None;
+                }
+                let all = quant::Row::Nibbles {
+                    codes: indices.bytes(),
+                    tables: quant::Tables::Palettes(table),
+                    per: blocks.cols_per,
+                };
+                (all, blocks)
+            }
+        };
+        if blocks.cols_per == 0 || k / blocks.cols_per != blocks.col_blocks {
+            return None;
+        }
+        quant::Weight::new(all, k, blocks.rows_per)
+    }
+
     /// Row `i` as the fused kernels read it, when the weight is one they take: 8-bit data or
     /// 4-bit data / palette indices, blocks of whole rows or of column runs.
+    #[inline]
     fn fused_row(&self, i: usize) -> Option<quant::Row<'_>> {
         let k = self.shape[1];
         let base = i * k;
@@ -453,7 +518,9 @@ impl HalfWeight {
                 crate::kernels::fp16acc::matvec_f16(dst, w.as_slice(), x)
             }
             (WeightData::ShiftScale { .. } | WeightData::Lut { .. }, Accumulation::F32)
-                if quant::matvec(dst, x, |i| self.fused_row(i)) =>
+                if self
+                    .fused_weight()
+                    .is_some_and(|w| quant::matvec_weights(&mut [(&mut *dst, w)], x)) =>
             {
                 Ok(())
             }
@@ -466,6 +533,24 @@ impl HalfWeight {
                 Ok(())
             }
         }
+    }
+
+    /// `dst = W · x` (one token, f32 accumulation) for several compressed weights of one input
+    /// in one parallel region ([`quant::matvec_group`]), each output exactly its own
+    /// [`Self::matvec`]'s. `false` (outputs unspecified) unless the fused kernels take every
+    /// weight; then each runs its own `matvec`.
+    pub fn matvec_fused_group(group: &mut [(&HalfWeight, &mut [f32])], x: &[f32]) -> bool {
+        let mut weights = Vec::with_capacity(group.len());
+        for (w, dst) in group.iter_mut() {
+            let (rows, k) = w.rows_cols();
+            match w.fused_weight() {
+                Some(fw) if w.fused() && rows == dst.len() && k == x.len() => {
+                    weights.push((&mut **dst, fw))
+                }
+                _ => return false,
+            }
+        }
+        quant::matvec_weights(&mut weights, x)
     }
 
     /// Runs `f` on row `i` formed as fp16 values in this thread's row buffer ([`Self::row`]).

@@ -240,3 +240,77 @@ fn fp16_weights_are_read_in_place() {
     let back: Vec<f32> = h.as_slice().iter().map(|x| x.to_f32()).collect();
     assert_eq!(back, v);
 }
+
+#[test]
+fn a_fused_group_is_each_weights_own_matvec() {
+    if !quant::available() {
+        return;
+    }
+    let mut rng = Rng(0x51_7CC1_B727_220A);
+    let k = 576;
+    // q/k/v-like rows; int8 with fp16 offsets, symmetric int8, int4 with int4 offsets, blocks
+    // of 32 and 16 columns (the last also a tail after the four-row passes)
+    let cases: [(DType, usize, usize, Option<DType>); 4] = [
+        (DType::I8, 576, 32, Some(DType::F16)),
+        (DType::I8, 192, 32, None),
+        (DType::I4, 192, 16, Some(DType::I4)),
+        (DType::U8, 66, 64, Some(DType::U8)),
+    ];
+    let weights: Vec<HalfWeight> = cases
+        .iter()
+        .map(|&(dtype, rows, per, odt)| {
+            let data = ints(&mut rng, dtype, vec![rows, k]);
+            let sshape = vec![rows, k / per];
+            let ns = rows * k / per;
+            let svals: Vec<f32> = (0..ns)
+                .map(|i| rng.float(1e-3 * (1 + i % 5) as f32))
+                .collect();
+            let scale = TensorData::f16_from_f32(sshape.clone(), &svals).unwrap();
+            let offset = odt.map(|o| match o {
+                DType::F16 => {
+                    TensorData::f16_from_f32(sshape.clone(), &rng.floats(ns, 4.0)).unwrap()
+                }
+                int => ints(&mut rng, int, sshape.clone()),
+            });
+            HalfWeight::shift_scale(&data, &scale, offset.as_ref()).unwrap()
+        })
+        .collect();
+    let x = rng.floats(k, 2.0);
+    let team = crate::team::Team::shared(2).unwrap();
+    crate::team::with_team(&team, || {
+        let want: Vec<Vec<f32>> = weights
+            .iter()
+            .map(|w| {
+                let mut d = vec![0.0; w.rows_cols().0];
+                w.matvec(&mut d, &x, Accumulation::F32).unwrap();
+                d
+            })
+            .collect();
+        let mut outs: Vec<Vec<f32>> = weights
+            .iter()
+            .map(|w| vec![f32::NAN; w.rows_cols().0])
+            .collect();
+        let mut group: Vec<(&HalfWeight, &mut [f32])> = weights
+            .iter()
+            .zip(outs.iter_mut())
+            .map(|(w, d)| (w, d.as_mut_slice()))
+            .collect();
+        assert!(HalfWeight::matvec_fused_group(&mut group, &x));
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        for (got, want) in outs.iter().zip(&want) {
+            assert_eq!(bits(got), bits(want));
+        }
+        // a weight the kernels do not take (rows of 40 columns): the group reports it
+        let odd = HalfWeight::shift_scale(
+            &ints(&mut rng, DType::I8, vec![8, 40]),
+            &TensorData::f16_from_f32(vec![8, 1], &[0.5; 8]).unwrap(),
+            None,
+        )
+        .unwrap();
+        let mut d = [0.0; 8];
+        assert!(!HalfWeight::matvec_fused_group(
+            &mut [(&odd, &mut d[..])],
+            &x[..40]
+        ));
+    });
+}

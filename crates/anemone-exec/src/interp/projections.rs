@@ -1,5 +1,6 @@
 //! Adjacent single-token projections of one input (a layer's q/k/v, its gate/up) run as one
-//! parallel region ([`linalg::matvec_group`]): one fork and join instead of one per projection.
+//! parallel region ([`linalg::matvec_group`], or [`HalfWeight::matvec_fused_group`] when all
+//! are compressed): one fork and join instead of one per projection.
 //! Each projection's values are those its own step computes (the same dot per row, the same
 //! bias add); the later members' results wait in a [`Stash`] until their step comes.
 
@@ -10,6 +11,7 @@ use super::{tensor, Frame};
 use crate::kernels::linalg::{self, MatRef, Projection, RowWeights};
 use crate::kernels::Accumulation;
 use crate::package::{Fused, Step};
+use crate::packed::HalfWeight;
 
 /// Results computed ahead for later steps, by step index.
 #[derive(Default)]
@@ -25,8 +27,16 @@ impl Stash {
 /// A step that is a single-token projection: its input, weight rows and output rows.
 struct Single<'b> {
     x: Var,
-    w: RowWeights<'b>,
+    w: Weights<'b>,
     rows: usize,
+}
+
+/// The weight of a [`Single`]: rows read as they are, or a compressed weight (its own step
+/// runs [`HalfWeight::matvec`]).
+#[derive(Clone, Copy)]
+enum Weights<'b> {
+    Rows(RowWeights<'b>),
+    Packed(&'b HalfWeight),
 }
 
 /// `step` as a single-token projection its own step would compute with one matvec: a 1×1
@@ -47,13 +57,17 @@ fn single<'b>(fr: &'b Frame, step: &Step) -> Option<Single<'b>> {
         _ => return None,
     };
     let xt = fr.get(x).ok()?;
-    // compressed weights run their own fused matvec step by step (`HalfWeight::matvec`)
+    // a compressed weight joins a group of compressed weights (`HalfWeight::matvec_fused_group`)
+    let half = |w16: &'b HalfWeight| match w16.as_f16() {
+        Some(d) => Weights::Rows(RowWeights::F16(d)),
+        None => Weights::Packed(w16),
+    };
     let (w, k) = match (fr.f.half_weights.get(&weight), &step.op) {
         (Some(w16), Op::Conv { .. }) if xt.shape.len() == 4 && xt.numel() == xt.shape[1] => {
-            (RowWeights::F16(w16.as_f16()?), xt.shape[1])
+            (half(w16), xt.shape[1])
         }
         (Some(w16), Op::Linear { .. }) if w16.shape.len() == 2 && xt.numel() == w16.shape[1] => {
-            (RowWeights::F16(w16.as_f16()?), w16.shape[1])
+            (half(w16), w16.shape[1])
         }
         (None, Op::Conv { .. }) if xt.shape.len() == 4 && xt.numel() == xt.shape[1] => {
             let k = xt.shape[1];
@@ -63,15 +77,16 @@ fn single<'b>(fr: &'b Frame, step: &Step) -> Option<Single<'b>> {
                 return None;
             }
             (
-                RowWeights::F32(MatRef::row_major(&wt.data, wt.shape[0], k)),
+                Weights::Rows(RowWeights::F32(MatRef::row_major(&wt.data, wt.shape[0], k))),
                 k,
             )
         }
         _ => return None,
     };
     let rows = match w {
-        RowWeights::F16(d) => d.len() / k.max(1),
-        RowWeights::F32(a) => a.rows,
+        Weights::Rows(RowWeights::F16(d)) => d.len() / k.max(1),
+        Weights::Rows(RowWeights::F32(a)) => a.rows,
+        Weights::Packed(w16) => w16.rows_cols().0,
     };
     (k > 0 && ty.numel() == rows).then_some(Single { x, w, rows })
 }
@@ -96,7 +111,8 @@ pub(super) fn run(
     };
     let mut members = vec![first];
     while let Some(next) = steps.get(i + members.len()).and_then(|s| single(fr, s)) {
-        if next.x != members[0].x {
+        let packed = |m: &Single| matches!(m.w, Weights::Packed(_));
+        if next.x != members[0].x || packed(&next) != packed(&members[0]) {
             break;
         }
         members.push(next);
@@ -107,16 +123,41 @@ pub(super) fn run(
     let mut outs: Vec<Vec<f32>> = members.iter().map(|m| vec![0.0f32; m.rows]).collect();
     {
         let x = &fr.get(members[0].x)?.data;
-        let mut group: Vec<Projection> = outs
-            .iter_mut()
-            .zip(&members)
-            .map(|(dst, m)| Projection {
-                dst,
-                w: m.w,
-                accumulate: false,
+        let rows: Option<Vec<RowWeights>> = members
+            .iter()
+            .map(|m| match m.w {
+                Weights::Rows(w) => Some(w),
+                Weights::Packed(_) => None,
             })
             .collect();
-        linalg::matvec_group(&mut group, x)?;
+        match rows {
+            Some(rows) => {
+                let mut group: Vec<Projection> = outs
+                    .iter_mut()
+                    .zip(rows)
+                    .map(|(dst, w)| Projection {
+                        dst,
+                        w,
+                        accumulate: false,
+                    })
+                    .collect();
+                linalg::matvec_group(&mut group, x)?;
+            }
+            None => {
+                let mut group: Vec<(&HalfWeight, &mut [f32])> = outs
+                    .iter_mut()
+                    .zip(&members)
+                    .filter_map(|(dst, m)| match m.w {
+                        Weights::Packed(w) => Some((w, dst.as_mut_slice())),
+                        Weights::Rows(_) => None,
+                    })
+                    .collect();
+                // not all taken by the fused kernels: each step runs its own matvec
+                if !HalfWeight::matvec_fused_group(&mut group, x) {
+                    return Ok(None);
+                }
+            }
+        }
     }
     let mut outs = outs.into_iter();
     let own = outs.next().ok_or("empty projection group")?;

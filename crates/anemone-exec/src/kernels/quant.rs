@@ -11,7 +11,8 @@
 //! a pass (`quant_avx512.rs`), sharing the loads of `x`; each row keeps its own accumulators, so
 //! its value does not depend on its neighbours. Rows these kernels do not cover (no AVX-512
 //! F/BW/VL/VBMI, a row length not a multiple of 32, blocks not a multiple of 16 columns) take
-//! the row-forming path in `packed.rs`.
+//! the row-forming path in `packed.rs`. On a CPU with AVX512-FP16, 8-bit rows are formed in
+//! fp16 arithmetic, 32 values an instruction (`quant_fp16.rs`, which shows the values equal).
 
 use half::f16;
 use rayon::prelude::*;
@@ -199,7 +200,7 @@ pub fn expand(row: &Row, out: &mut [f32]) -> bool {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: as in `dot`, with `out` of the row's length.
     unsafe {
-        avx512::expand(row, out)
+        avx512::expand(row, out, avx512::fp16::available())
     };
     #[cfg(target_arch = "x86_64")]
     return true;
@@ -216,30 +217,186 @@ pub fn matvec<'w>(
     x: &[f32],
     row_of: impl Fn(usize) -> Option<Row<'w>> + Sync,
 ) -> bool {
-    let Some(first) = row_of(0) else {
-        return dst.is_empty();
-    };
-    if !covers(&first) || first.len() != x.len() {
-        return false;
+    matvec_group(&mut [Projection { dst, row_of }], x)
+}
+
+/// One weight of a [`matvec_group`]: its output and its rows (`row_of` generic, not `dyn`, so
+/// it inlines into the kernel's loop: it runs once per row).
+pub struct Projection<'a, F> {
+    pub dst: &'a mut [f32],
+    pub row_of: F,
+}
+
+/// [`matvec`] for every projection of `group` (all of the same `x`), in one parallel region of
+/// the decode team (one fork and join for, e.g., a layer's q/k/v): each weight's rows in
+/// blocks of [`rows_per_block`] as its own matvec splits them, each row's value that of its
+/// own matvec, whichever thread runs it. `false` (and the outputs unspecified) when one
+/// weight is not covered (see [`matvec`]).
+pub fn matvec_group<'w, F>(group: &mut [Projection<F>], x: &[f32]) -> bool
+where
+    F: Fn(usize) -> Option<Row<'w>> + Sync,
+{
+    run_group::<false, F>(group, x)
+}
+
+/// A whole compressed weight as `packed.rs` stores it: `all` is a [`Row`] whose slices hold
+/// every row's data — row `i`'s codes at element `i · k`, the parameters of its blocks from
+/// block `(i / rows_per) · k / per` on — so a row is found by arithmetic, without a division
+/// when `rows_per` is 1.
+#[derive(Clone, Copy)]
+pub struct Weight<'w> {
+    all: Row<'w>,
+    k: usize,
+    rows_per: usize,
+    blocks: usize,
+}
+
+impl<'w> Weight<'w> {
+    /// `None` when `k` is not a multiple of `all`'s block width or `rows_per` is 0.
+    pub fn new(all: Row<'w>, k: usize, rows_per: usize) -> Option<Self> {
+        let per = all.per();
+        (per != 0 && k.is_multiple_of(per) && rows_per != 0).then_some(Weight {
+            all,
+            k,
+            rows_per,
+            blocks: k / per,
+        })
     }
-    let (k, blocks) = (first.len(), first.blocks());
-    let ok = std::sync::atomic::AtomicBool::new(true);
-    let row = |i: usize| {
-        let row = row_of(i)?;
-        (row.len() == k && row.same_layout(&first) && row.slices_ok(blocks)).then_some(row)
+
+    /// Row `i` (`None` past the data). Every row has `k` elements and exactly `k / per` blocks'
+    /// parameters, in `all`'s layout: a row the kernels cover at row 0 they cover at every row.
+    #[inline]
+    pub fn row(&self, i: usize) -> Option<Row<'w>> {
+        let (k, nb) = (self.k, self.blocks);
+        let group = if self.rows_per == 1 {
+            i
+        } else {
+            i / self.rows_per
+        };
+        let g = group * nb;
+        let how = |h: &ShiftScale<'w>| -> Option<ShiftScale<'w>> {
+            Some(ShiftScale {
+                scales: h.scales.get(2 * g..2 * (g + nb))?,
+                offsets: match h.offsets {
+                    Some(o) => Some(o.get(g..g + nb)?),
+                    None => None,
+                },
+                ..*h
+            })
+        };
+        Some(match &self.all {
+            Row::Bytes { codes, how: h, per } => Row::Bytes {
+                codes: codes.get(i * k..(i + 1) * k)?,
+                how: how(h)?,
+                per: *per,
+            },
+            Row::Nibbles { codes, tables, per } if k.is_multiple_of(2) => Row::Nibbles {
+                codes: codes.get(i * k / 2..(i + 1) * k / 2)?,
+                tables: match tables {
+                    Tables::Palettes(p) => Tables::Palettes(p.get(16 * g..16 * (g + nb))?),
+                    Tables::ShiftScale(h) => Tables::ShiftScale(how(h)?),
+                },
+                per: *per,
+            },
+            Row::Nibbles { .. } => return None,
+        })
+    }
+}
+
+/// [`matvec_group`] of whole weights (`dst` and weight per projection): rows found by
+/// [`Weight::row`], which keeps every row in the first row's layout, so the per-row checks of
+/// [`matvec_group`] are not needed.
+pub fn matvec_weights(group: &mut [(&mut [f32], Weight)], x: &[f32]) -> bool {
+    let mut projections: Vec<_> = group
+        .iter_mut()
+        .map(|(dst, w)| {
+            let w = *w;
+            Projection {
+                dst,
+                row_of: move |i| w.row(i),
+            }
+        })
+        .collect();
+    run_group::<true, _>(&mut projections, x)
+}
+
+/// [`matvec_group`]; `TRUSTED`: every row `row_of` returns has the first row's layout, length
+/// and block count (rows of a [`Weight`]), so only its existence is checked per row.
+fn run_group<'w, const TRUSTED: bool, F>(group: &mut [Projection<F>], x: &[f32]) -> bool
+where
+    F: Fn(usize) -> Option<Row<'w>> + Sync,
+{
+    struct Job<'a, 'w, F> {
+        out: crate::team::SharedOut,
+        rows: usize,
+        per_block: usize,
+        first_block: usize,
+        first: Row<'w>,
+        row_of: &'a F,
+    }
+    let mut firsts = Vec::with_capacity(group.len());
+    for p in group.iter() {
+        if p.dst.is_empty() {
+            firsts.push(None);
+            continue;
+        }
+        match (p.row_of)(0) {
+            Some(first) if covers(&first) && first.len() == x.len() => firsts.push(Some(first)),
+            _ => return false,
+        }
+    }
+    let k = x.len();
+    let work: usize = group.iter().map(|p| p.dst.len() * k).sum();
+    let team = if work >= PARALLEL_WORK {
+        crate::team::current()
+    } else {
+        None
     };
-    let kernel = |start: usize, chunk: &mut [f32]| {
+    let threads = team.as_ref().map_or(1, |t| t.threads());
+    let mut jobs = Vec::with_capacity(group.len());
+    let mut blocks = 0;
+    for (p, first) in group.iter_mut().zip(firsts) {
+        let Some(first) = first else { continue };
+        let rows = p.dst.len();
+        let per_block = rows_per_block(rows, first.code_bytes(), threads);
+        jobs.push(Job {
+            out: crate::team::SharedOut::new(p.dst),
+            rows,
+            per_block,
+            first_block: blocks,
+            first,
+            row_of: &p.row_of,
+        });
+        blocks += rows.div_ceil(per_block);
+    }
+    let ok = std::sync::atomic::AtomicBool::new(true);
+    let fail = || ok.store(false, std::sync::atomic::Ordering::Relaxed);
+    let run_block = |b: usize| {
+        let Some(job) = jobs.iter().rev().find(|j| j.first_block <= b) else {
+            return;
+        };
+        let start = (b - job.first_block) * job.per_block;
+        // SAFETY: blocks are disjoint row ranges inside the job's `dst`, which outlives the
+        // region (`matvec_group` holds its borrow until `for_each_block` returns).
+        let chunk = unsafe { job.out.slice(start..(start + job.per_block).min(job.rows)) };
+        let (first, blocks) = (&job.first, job.first.blocks());
+        let row = |i: usize| {
+            let row = (job.row_of)(i)?;
+            (TRUSTED || (row.len() == k && row.same_layout(first) && row.slices_ok(blocks)))
+                .then_some(row)
+        };
         let mut groups = chunk.chunks_exact_mut(GROUP);
         let mut i = start;
         for out in groups.by_ref() {
             let rows: [Option<Row>; GROUP] = std::array::from_fn(|r| row(i + r));
             match rows {
                 // SAFETY: `covers` held for the first row; these share its layout and length
-                // and hold its blocks (`row`), so it holds for them.
+                // and hold its blocks (`row` checked it, or `TRUSTED` rows of a `Weight` have
+                // it by construction), so it holds for them.
                 [Some(a), Some(b), Some(c), Some(d)] => {
                     out.copy_from_slice(&unsafe { dot_covered(&[a, b, c, d], x) })
                 }
-                _ => ok.store(false, std::sync::atomic::Ordering::Relaxed),
+                _ => fail(),
             }
             i += GROUP;
         }
@@ -247,12 +404,12 @@ pub fn matvec<'w>(
             match row(i) {
                 // SAFETY: as above.
                 Some(r) => *d = unsafe { dot_covered(&[r], x) }[0],
-                _ => ok.store(false, std::sync::atomic::Ordering::Relaxed),
+                _ => fail(),
             }
             i += 1;
         }
     };
-    spread_rows(dst, first.code_bytes(), k, kernel);
+    crate::team::for_each_block(team.as_deref(), blocks, &run_block);
     ok.into_inner()
 }
 
@@ -265,7 +422,8 @@ unsafe fn dot_covered<const R: usize>(rows: &[Row; R], x: &[f32]) -> [f32; R] {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: `covers` checked the CPU features and each row's shape and slices; the rows
     // share one layout and hold `x.len()` elements (the caller's contract).
-    return unsafe { avx512::dot(rows, x) };
+    // `fp16` only where the CPU has AVX512-FP16.
+    return unsafe { avx512::dot(rows, x, avx512::fp16::available()) };
     #[cfg(not(target_arch = "x86_64"))]
     {
         let _ = (rows, x);

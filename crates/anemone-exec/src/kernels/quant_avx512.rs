@@ -385,14 +385,23 @@ unsafe fn dot_palettes<const R: usize, const WHOLE: bool>(
 ///
 /// # Safety
 /// Every row is `covered()`, of one layout ([`super::Row::same_layout`]) and of `x.len()`
-/// elements, and the CPU has AVX-512F/BW/VL/VBMI, AVX2, FMA and F16C.
+/// elements, the CPU has AVX-512F/BW/VL/VBMI, AVX2, FMA and F16C, and AVX512-FP16 if `fp16`
+/// (8-bit rows then take `quant_fp16.rs`, the same values and sums).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
-pub unsafe fn dot<const R: usize>(rows: &[Row; R], x: &[f32]) -> [f32; R] {
+pub unsafe fn dot<const R: usize>(rows: &[Row; R], x: &[f32], fp16: bool) -> [f32; R] {
     let p: [Parts; R] = std::array::from_fn(|r| parts(&rows[r]));
     let (k, per) = (x.len(), rows[0].per());
     let whole = per.is_multiple_of(32);
     match &rows[0] {
-        Row::Bytes { how, .. } => by_layout!(dot_bytes, R, how, whole, (&p, k, per, x)),
+        Row::Bytes { how, .. } => {
+            if fp16 && fp16::takes(how) {
+                // SAFETY: the caller's contract, and `fp16` only where the CPU has AVX512-FP16.
+                if let Some(d) = fp16::dot(rows, &p, x) {
+                    return d;
+                }
+            }
+            by_layout!(dot_bytes, R, how, whole, (&p, k, per, x))
+        }
         Row::Nibbles {
             tables: Tables::ShiftScale(how),
             ..
@@ -469,15 +478,22 @@ unsafe fn expand_palettes<const WHOLE: bool>(p: &Parts, k: usize, per: usize, ou
 /// Writes the row's values (fp16 values as f32) into `out`.
 ///
 /// # Safety
-/// `row.covered()`, `out.len() == row.len()`, and the CPU has AVX-512F/BW/VL/VBMI, AVX2, FMA and F16C.
+/// `row.covered()`, `out.len() == row.len()`, the CPU has AVX-512F/BW/VL/VBMI, AVX2, FMA and
+/// F16C, and AVX512-FP16 if `fp16`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
-pub unsafe fn expand(row: &Row, out: &mut [f32]) {
+pub unsafe fn expand(row: &Row, out: &mut [f32], fp16: bool) {
     let p = parts(row);
     let (k, per) = (out.len(), row.per());
     let whole = per.is_multiple_of(32);
     const ONE: usize = 1;
     match row {
-        Row::Bytes { how, .. } => by_layout!(expand_bytes, ONE, how, whole, (&p, k, per, out)),
+        Row::Bytes { how, .. } => {
+            // SAFETY: the caller's contract, and `fp16` only where the CPU has AVX512-FP16.
+            if fp16 && fp16::takes(how) && fp16::expand(row, &p, out) {
+                return;
+            }
+            by_layout!(expand_bytes, ONE, how, whole, (&p, k, per, out))
+        }
         Row::Nibbles {
             tables: Tables::ShiftScale(how),
             ..
@@ -491,3 +507,6 @@ pub unsafe fn expand(row: &Row, out: &mut [f32]) {
         },
     }
 }
+
+#[path = "quant_fp16.rs"]
+pub(super) mod fp16;

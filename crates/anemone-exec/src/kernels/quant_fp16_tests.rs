@@ -1,0 +1,293 @@
+//! The AVX512-FP16 8-bit kernels against the f32 kernels they stand in for: every value and
+//! every dot bit-identical (the tests skip on a CPU without AVX512-FP16).
+
+use std::arch::x86_64::*;
+
+use half::f16;
+
+use super::super::super::{available as f32_available, Row, ShiftScale};
+use super::super::{byte_values, dot as any_dot, expand as any_expand, Params};
+use super::{available, block, values, Half16, Run, NO_OFFSET, ROUNDED};
+
+fn runs() -> bool {
+    f32_available() && available()
+}
+
+/// Scales at the edges: subnormals, the smallest normal, the largest finite, infinities, signs,
+/// values whose products with 8-bit integers tie or overflow in fp16, and a spread between.
+fn edge_scales() -> Vec<u16> {
+    let mut s = vec![
+        0x0000, 0x8000, 0x0001, 0x8001, 0x0002, 0x0003, 0x01FF, 0x03FF, 0x0400, 0x0401, 0x07FF,
+        0x1000, 0x2E66, 0x3555, 0x3800, 0x3BFF, 0x3C00, 0x3C01, 0xBC00, 0x4000, 0x5BFF, 0x5C00,
+        0x7800, 0x7BFF, 0xFBFF, 0x7C00, 0xFC00,
+    ];
+    s.extend((0..40u32).map(|i| (i * 0x0641 + 0x0123) as u16 & 0x7FFF));
+    s
+}
+
+/// The f32 kernel's 32 values of the bytes at `c` (two runs of 16) as bits.
+///
+/// # Safety
+/// 32 bytes readable at `c`; the CPU runs the f32 kernels.
+unsafe fn old<const SIGNED: bool, const OFF: u8>(c: *const u8, s: u16, o: f32) -> [u32; 32] {
+    let p = Params {
+        s: _mm512_cvtph_ps(_mm256_set1_epi16(s as i16)),
+        o: _mm512_set1_ps(o),
+    };
+    let mut out = [0u32; 32];
+    for h in 0..2 {
+        let v = byte_values::<SIGNED, OFF>(c.add(16 * h), p);
+        _mm512_storeu_ps(out.as_mut_ptr().add(16 * h) as *mut f32, v);
+    }
+    out
+}
+
+/// These kernels' 32 values, or `None` when the offset is not an fp16 value.
+///
+/// # Safety
+/// As [`old`], and the CPU has AVX512-FP16.
+unsafe fn new<const SIGNED: bool, const OFF: u8>(
+    c: *const u8,
+    s: u16,
+    o: f32,
+) -> Option<[u32; 32]> {
+    let scales = s.to_le_bytes();
+    let offsets = [o];
+    let parts = super::super::Parts {
+        codes: c,
+        scales: scales.as_ptr(),
+        offsets: offsets.as_ptr(),
+        palettes: std::ptr::null(),
+    };
+    let zero = _mm512_setzero_si512();
+    let (mut runs, mut exact) = ([Run { s: zero, o: zero }], true);
+    let [h]: [Half16; 1] = block::<1, OFF>(&[parts], 1, &mut runs, &mut exact, 0);
+    let (lo, hi) = values::<SIGNED, OFF>(c, h);
+    let mut out = [0u32; 32];
+    _mm512_storeu_ps(out.as_mut_ptr() as *mut f32, lo);
+    _mm512_storeu_ps(out.as_mut_ptr().add(16) as *mut f32, hi);
+    exact.then_some(out)
+}
+
+fn all_bytes() -> Vec<u8> {
+    (0..=255u8).collect()
+}
+
+#[test]
+fn every_byte_times_every_scale_is_the_f32_value() {
+    if !runs() {
+        return;
+    }
+    let bytes = all_bytes();
+    for s in 0..=u16::MAX {
+        for c in bytes.chunks_exact(32) {
+            // SAFETY: 32 bytes at `c`; the CPU features checked above.
+            unsafe {
+                let want = old::<true, NO_OFFSET>(c.as_ptr(), s, 0.0);
+                assert_eq!(
+                    new::<true, NO_OFFSET>(c.as_ptr(), s, 0.0),
+                    Some(want),
+                    "int8 s={s:#06x}"
+                );
+                let want = old::<false, NO_OFFSET>(c.as_ptr(), s, 0.0);
+                assert_eq!(
+                    new::<false, NO_OFFSET>(c.as_ptr(), s, 0.0),
+                    Some(want),
+                    "uint8 s={s:#06x}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn every_byte_minus_every_fp16_offset_is_the_f32_value() {
+    if !runs() {
+        return;
+    }
+    let bytes = all_bytes();
+    let scales = edge_scales();
+    let mut fell_back = 0;
+    for ob in 0..=u16::MAX {
+        let o = f16::from_bits(ob).to_f32();
+        for &s in &scales {
+            for c in bytes.chunks_exact(32) {
+                // SAFETY: as above.
+                unsafe {
+                    for signed in [true, false] {
+                        let (want, got) = if signed {
+                            (
+                                old::<true, ROUNDED>(c.as_ptr(), s, o),
+                                new::<true, ROUNDED>(c.as_ptr(), s, o),
+                            )
+                        } else {
+                            (
+                                old::<false, ROUNDED>(c.as_ptr(), s, o),
+                                new::<false, ROUNDED>(c.as_ptr(), s, o),
+                            )
+                        };
+                        match got {
+                            Some(got) => assert_eq!(got, want, "o={ob:#06x} s={s:#06x}"),
+                            // only a NaN whose payload the round trip changes
+                            None => {
+                                assert!(o.is_nan(), "o={ob:#06x}");
+                                fell_back += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let _ = fell_back;
+}
+
+#[test]
+fn an_offset_not_in_fp16_is_reported() {
+    if !runs() {
+        return;
+    }
+    let bytes = all_bytes();
+    for o in [4097.0f32, 0.1, 1e-9, 70000.0] {
+        // SAFETY: as above.
+        let got = unsafe { new::<true, ROUNDED>(bytes.as_ptr(), 0x3C00, o) };
+        assert_eq!(got, None, "{o}");
+    }
+}
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+/// Random weights of `rows × k` in blocks of `per` columns, their layout `offsets`:
+/// 0 none, 1 fp16 values, 2 integers, 3 integers some beyond fp16's (falls back).
+struct Weight {
+    codes: Vec<u8>,
+    scales: Vec<u8>,
+    offsets: Option<Vec<f32>>,
+    k: usize,
+    per: usize,
+    signed: bool,
+}
+
+impl Weight {
+    fn new(rng: &mut Rng, rows: usize, k: usize, per: usize, signed: bool, offsets: u8) -> Self {
+        let blocks = rows * k / per;
+        let codes = (0..rows * k).map(|_| rng.next() as u8).collect();
+        let scales = (0..blocks)
+            .flat_map(|i| {
+                let bits = match i % 7 {
+                    // tiny and huge scales among ordinary ones
+                    0 => (rng.next() % 0x0400) as u16,
+                    1 => 0x7000 + (rng.next() % 0x0BFF) as u16,
+                    _ => 0x1800 + (rng.next() % 0x1800) as u16,
+                } | ((rng.next() as u16) & 0x8000);
+                bits.to_le_bytes()
+            })
+            .collect();
+        let offsets = match offsets {
+            0 => None,
+            1 => Some(
+                (0..blocks)
+                    .map(|_| {
+                        f16::from_bits(
+                            ((rng.next() as u16) & 0x7BFF) | (0x8000 * (rng.next() as u16 & 1)),
+                        )
+                        .to_f32()
+                    })
+                    .collect(),
+            ),
+            2 => Some(
+                (0..blocks)
+                    .map(|_| (rng.next() % 256) as f32 - 128.0)
+                    .collect(),
+            ),
+            _ => Some(
+                (0..blocks)
+                    .map(|i| {
+                        if i % 5 == 3 {
+                            4097.0
+                        } else {
+                            (rng.next() % 16) as f32
+                        }
+                    })
+                    .collect(),
+            ),
+        };
+        Weight {
+            codes,
+            scales,
+            offsets,
+            k,
+            per,
+            signed,
+        }
+    }
+
+    fn row(&self, i: usize) -> Row<'_> {
+        let nb = self.k / self.per;
+        Row::Bytes {
+            codes: &self.codes[i * self.k..(i + 1) * self.k],
+            how: ShiftScale {
+                signed: self.signed,
+                scales: &self.scales[2 * i * nb..2 * (i + 1) * nb],
+                offsets: self.offsets.as_ref().map(|o| &o[i * nb..(i + 1) * nb]),
+                round_shift: true,
+            },
+            per: self.per,
+        }
+    }
+}
+
+#[test]
+fn dots_and_expansions_of_real_shapes_are_the_f32_kernels() {
+    if !runs() {
+        return;
+    }
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    // SmolLM2 / Qwen2.5 widths; blocks of 16 (runs straddle blocks), 32, 48, 64, whole rows
+    for (k, pers) in [
+        (576usize, &[16usize, 32, 48, 64, 576][..]),
+        (1536, &[16, 32, 1536][..]),
+        (896, &[16, 32, 896][..]),
+        (4864, &[32, 4864][..]),
+        (32, &[16, 32][..]),
+    ] {
+        for &per in pers {
+            for signed in [true, false] {
+                for offsets in 0..4u8 {
+                    let w = Weight::new(&mut rng, 8, k, per, signed, offsets);
+                    let x: Vec<f32> = (0..k)
+                        .map(|_| (rng.next() % 2001) as f32 / 1000.0 - 1.0)
+                        .collect();
+                    let rows: [Row; 4] = std::array::from_fn(|r| w.row(r + 1));
+                    // SAFETY: the rows are covered (shapes above), of one layout and of
+                    // `x.len()` elements; the CPU features checked above.
+                    unsafe {
+                        let want = any_dot(&rows, &x, false).map(f32::to_bits);
+                        assert_eq!(
+                            any_dot(&rows, &x, true).map(f32::to_bits),
+                            want,
+                            "k={k} per={per}"
+                        );
+                        let one = [w.row(5)];
+                        let want = any_dot(&one, &x, false)[0].to_bits();
+                        assert_eq!(any_dot(&one, &x, true)[0].to_bits(), want);
+                        let (mut a, mut b) = (vec![0f32; k], vec![0f32; k]);
+                        any_expand(&one[0], &mut a, false);
+                        any_expand(&one[0], &mut b, true);
+                        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                        assert_eq!(bits(&b), bits(&a), "expand k={k} per={per}");
+                    }
+                }
+            }
+        }
+    }
+}
