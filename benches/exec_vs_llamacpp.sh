@@ -10,9 +10,11 @@
 #   On a CPU with AMX (Sapphire Rapids and later), --quantized needs a llama-cpp-python built
 #   without ggml's AMX path: with it (a native build on such a CPU), 0.3.36 segfaults in
 #   ggml_backend_amx_mul_mat on the first Q8_0 / Q4_0 decode. Build one into its own venv with
-#   CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON
-#   -DGGML_AVX512_BF16=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
-#   pip install --no-binary llama-cpp-python llama-cpp-python and pass it as PYTHON.
+#   CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+#   -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON
+#   -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
+#   pip install llama-cpp-python==0.3.36 gguf numpy --no-cache-dir (the build measured in the
+#   README) and pass that venv's python as PYTHON.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 models=${ANEMONE_MODELS:-$PWD/models}
