@@ -50,6 +50,18 @@ impl<'a> MatRef<'a> {
 /// Work (multiply-adds) above which a product is spread over the thread pool.
 pub(crate) const PARALLEL_WORK: usize = 1 << 18;
 
+/// The team a single-token region of `work` multiply-adds runs on (none below
+/// [`PARALLEL_WORK`]: the calling thread alone) and the number of threads it has.
+pub(crate) fn region_team(work: usize) -> (Option<std::sync::Arc<crate::team::Team>>, usize) {
+    let team = if work >= PARALLEL_WORK {
+        crate::team::current()
+    } else {
+        None
+    };
+    let threads = team.as_ref().map_or(1, |t| t.threads());
+    (team, threads)
+}
+
 /// `dst (row-major m×n) = a (m×k) · b (k×n)`, or `dst += …` when `accumulate`.
 pub fn matmul_into(dst: &mut [f32], a: MatRef, b: MatRef, accumulate: bool) -> Result<(), String> {
     let parallel = a.rows * b.cols * a.cols >= PARALLEL_WORK;
@@ -225,12 +237,7 @@ pub fn matvec_group(group: &mut [Projection], x: &[f32]) -> Result<(), String> {
         accumulate: bool,
     }
     let work: usize = group.iter().map(|p| p.dst.len() * k).sum();
-    let team = if work >= PARALLEL_WORK {
-        crate::team::current()
-    } else {
-        None
-    };
-    let threads = team.as_ref().map_or(1, |t| t.threads());
+    let (team, threads) = region_team(work);
     let mut jobs = Vec::with_capacity(group.len());
     let mut blocks = 0;
     for p in group.iter_mut() {

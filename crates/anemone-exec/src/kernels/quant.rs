@@ -17,10 +17,10 @@
 use half::f16;
 use rayon::prelude::*;
 
-/// Rows per task of a wide expansion (`fill_by_rows`), and the work above which a product is
-/// spread over the threads (that of [`super::linalg::matvec_f16`]).
+use super::linalg::PARALLEL_WORK;
+
+/// Rows per task of a wide expansion (`fill_by_rows`).
 const ROWS_PER_TASK: usize = 64;
-const PARALLEL_WORK: usize = 1 << 18;
 
 /// Bytes of stored rows per block of a single-token matvec (as the fp16 matvec's: long blocks
 /// keep each core's hardware prefetcher on one stream), fewer when that leaves a thread idle.
@@ -347,12 +347,7 @@ where
     }
     let k = x.len();
     let work: usize = group.iter().map(|p| p.dst.len() * k).sum();
-    let team = if work >= PARALLEL_WORK {
-        crate::team::current()
-    } else {
-        None
-    };
-    let threads = team.as_ref().map_or(1, |t| t.threads());
+    let (team, threads) = super::linalg::region_team(work);
     let mut jobs = Vec::with_capacity(group.len());
     let mut blocks = 0;
     for (p, first) in group.iter_mut().zip(firsts) {
@@ -451,12 +446,7 @@ fn spread_rows(
     kernel: impl Fn(usize, &mut [f32]) + Sync,
 ) {
     let rows = dst.len();
-    let team = if rows * k >= PARALLEL_WORK {
-        crate::team::current()
-    } else {
-        None
-    };
-    let threads = team.as_ref().map_or(1, |t| t.threads());
+    let (team, threads) = super::linalg::region_team(rows * k);
     let per_block = rows_per_block(rows, row_bytes, threads);
     let out = crate::team::SharedOut::new(dst);
     crate::team::for_each_block(team.as_deref(), rows.div_ceil(per_block), &|t| {
