@@ -99,6 +99,23 @@ impl<'a> Frame<'a, '_> {
         }
     }
 
+    /// For a window of a state whose rows run along the state's last axis (rows of the same
+    /// length at a row-aligned offset): the column from which on the window holds ±0 only
+    /// ([`State::zero_from`]).
+    fn zero_columns_from(&self, v: Var) -> Option<usize> {
+        let Some(&Slot::Window {
+            state,
+            offset,
+            shape,
+        }) = self.slots.get(v.index())
+        else {
+            return None;
+        };
+        let held = self.state.get(state)?.shape.last().copied()?;
+        let cols = *shape.last()?;
+        (cols == held && cols > 0 && offset % cols == 0).then(|| self.state.zero_from(state))
+    }
+
     /// The operand's tensor, taken over when this step is its last use, else copied.
     fn take(&mut self, v: Var, step: &Step) -> Result<Tensor, String> {
         if step.movable.contains(&v) {
@@ -488,7 +505,7 @@ fn run_step(fr: &mut Frame, step: &Step) -> Result<Vec<Tensor>, String> {
             if fr.precision == Precision::Fp16 {
                 round_f16_in_place(&mut t.data);
             }
-            fr.state.tensors.insert(name.to_string(), t);
+            fr.state.replace(name.to_string(), t);
             Ok(vec![])
         }
         Op::SliceUpdate {

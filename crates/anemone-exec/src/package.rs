@@ -96,9 +96,20 @@ pub struct LoadedPackage {
 
 /// The values of a package's states, by state name. States of the same name are shared by
 /// every function of the package (e.g. prefill and decode write the same KV cache).
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default)]
 pub struct State {
     pub(crate) tensors: BTreeMap<String, Tensor>,
+    /// Per state, a last-axis index from which on every element is ±0 (a KV cache's unwritten
+    /// slots), kept by every write ([`State::wrote_window`], [`State::replace`]): a bound, never
+    /// below the truth. A state without an entry is taken as written everywhere.
+    zero_from: BTreeMap<String, usize>,
+}
+
+/// States are equal when their values are (the zero bounds only summarise the values).
+impl PartialEq for State {
+    fn eq(&self, other: &Self) -> bool {
+        self.tensors == other.tensors
+    }
 }
 
 impl State {
@@ -112,7 +123,32 @@ impl State {
         if value.dtype == anemone_mil::DType::F16 {
             round_f16_in_place(&mut value.data);
         }
-        self.tensors.insert(name.to_string(), value);
+        self.replace(name.to_string(), value);
+    }
+
+    /// Stores `value` as the state `name` and finds its zero bound.
+    pub(crate) fn replace(&mut self, name: String, value: Tensor) {
+        self.zero_from.insert(name.clone(), zero_from(&value));
+        self.tensors.insert(name, value);
+    }
+
+    /// Notes a write of the state `name` at last-axis indices below `end` (the bound rises to
+    /// it; the state must exist).
+    pub(crate) fn wrote_window(&mut self, name: &str, end: usize) {
+        if let Some(z) = self.zero_from.get_mut(name) {
+            *z = (*z).max(end);
+        }
+    }
+
+    /// Every element of the state `name` at a last-axis index at or past the answer is ±0
+    /// (the last axis' length when nothing is known).
+    pub(crate) fn zero_from(&self, name: &str) -> usize {
+        let whole = self
+            .tensors
+            .get(name)
+            .and_then(|t| t.shape.last().copied())
+            .unwrap_or(0);
+        self.zero_from.get(name).map_or(whole, |&z| z.min(whole))
     }
 
     pub fn names(&self) -> impl Iterator<Item = &str> {
@@ -122,7 +158,20 @@ impl State {
     /// Sets every state value to zero.
     pub fn reset(&mut self) {
         self.tensors.values_mut().for_each(|t| t.data.fill(0.0));
+        self.zero_from = self.tensors.keys().map(|k| (k.clone(), 0)).collect();
     }
+}
+
+/// The smallest last-axis index from which on every element of `t` is ±0.
+fn zero_from(t: &Tensor) -> usize {
+    let Some(&n) = t.shape.last() else {
+        return 0;
+    };
+    t.data
+        .chunks(n.max(1))
+        .map(|row| row.iter().rposition(|&x| x != 0.0).map_or(0, |j| j + 1))
+        .max()
+        .unwrap_or(0)
 }
 
 /// Cache key of a decoded constant: identical payloads decode once per package.
@@ -272,19 +321,19 @@ impl LoadedPackage {
     /// Zero-filled states for every state `function` declares (fp16, their declared shapes).
     pub fn new_state(&self, function: &str) -> Result<State> {
         let f = self.function(function)?;
-        Ok(State {
-            tensors: f
-                .signature
-                .states
-                .iter()
-                .map(|p| {
-                    (
-                        p.name.clone(),
-                        Tensor::zeros(p.ty.dtype, p.ty.shape.clone()),
-                    )
-                })
-                .collect(),
-        })
+        let tensors: BTreeMap<String, Tensor> = f
+            .signature
+            .states
+            .iter()
+            .map(|p| {
+                (
+                    p.name.clone(),
+                    Tensor::zeros(p.ty.dtype, p.ty.shape.clone()),
+                )
+            })
+            .collect();
+        let zero_from = tensors.keys().map(|k| (k.clone(), 0)).collect();
+        Ok(State { tensors, zero_from })
     }
 }
 

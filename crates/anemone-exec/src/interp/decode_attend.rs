@@ -9,7 +9,9 @@ use anemone_mil::{DType, Op, Precision};
 
 use super::attend::{matrix, STEPS};
 use super::{finish_output, Frame, Slot};
-use crate::kernels::attend_one::{attend_one, scores_match_gemm};
+use crate::kernels::attend_one::{
+    attend_one, hidden_mask_max, live_columns, scores_match_gemm, Skip,
+};
 use crate::kernels::attention::{HeadWindow, Rounding};
 use crate::kernels::Accumulation;
 use crate::package::{Fused, Step};
@@ -20,6 +22,8 @@ struct Head<'f> {
     window: HeadWindow<'f>,
     round: Rounding,
     scores_first: bool,
+    /// The columns past the written part of the KV state ([`attend_one`] checks the rest).
+    skip: Option<Skip>,
 }
 
 /// Runs the heads (and the KV windows between them) opening `steps` when they are single-query
@@ -93,6 +97,8 @@ fn single_query(s: &Step) -> bool {
 /// Every head's output, or `None` when one does not have the expected operands.
 fn compute(fr: &Frame, steps: &[Step], starts: &[usize]) -> Result<Option<Vec<Vec<f32>>>, String> {
     let mut heads = Vec::with_capacity(starts.len());
+    // the heads of a step share their mask: its largest skipped value, by first skipped column
+    let mut mask_max: Option<(usize, usize, Option<f32>)> = None;
     for &at in starts {
         let group = &steps[at..at + STEPS];
         let (Op::Matmul { x: q, y: k, .. }, Op::Binary { x: a, y: b, .. }, Op::Matmul { x: v, .. }) =
@@ -102,6 +108,10 @@ fn compute(fr: &Frame, steps: &[Step], starts: &[usize]) -> Result<Option<Vec<Ve
         };
         let scores_first = *a == group[0].outputs[0];
         let mask = if scores_first { *b } else { *a };
+        let zero_from = match (fr.zero_columns_from(*k), fr.zero_columns_from(*v)) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            _ => None,
+        };
         let (q, k, v, mask) = (
             fr.operand(*q)?,
             fr.operand(*k)?,
@@ -150,6 +160,21 @@ fn compute(fr: &Frame, steps: &[Step], starts: &[usize]) -> Result<Option<Vec<Ve
                 out: fp16(&group[5]),
             },
             scores_first,
+            skip: zero_from.and_then(|z| live_columns(c, z)).and_then(|cols| {
+                let key = (mask.data.as_ptr() as usize, cols);
+                let max = match mask_max {
+                    Some((p, l, m)) if (p, l) == key => m,
+                    _ => {
+                        let m = hidden_mask_max(&mask.data[cols..]);
+                        mask_max = Some((key.0, key.1, m));
+                        m
+                    }
+                };
+                max.map(|hidden_mask_max| Skip {
+                    cols,
+                    hidden_mask_max,
+                })
+            }),
         });
     }
     // each head writes its own range of one buffer
@@ -167,7 +192,15 @@ fn compute(fr: &Frame, steps: &[Step], starts: &[usize]) -> Result<Option<Vec<Ve
         // SAFETY: heads own disjoint ranges of `flat`, which outlives the region.
         let dst = unsafe { out.slice(offsets[b]..offsets[b + 1]) };
         let mut scratch = Vec::new();
-        if let Err(e) = attend_one(&h.window, h.round, h.scores_first, &mut scratch, dst) {
+        let done = attend_one(
+            &h.window,
+            h.round,
+            h.scores_first,
+            h.skip,
+            &mut scratch,
+            dst,
+        );
+        if let Err(e) = done {
             let mut f = failure.lock().unwrap_or_else(|e| e.into_inner());
             f.get_or_insert(e);
         }

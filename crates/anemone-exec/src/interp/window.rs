@@ -31,6 +31,9 @@ pub(super) fn update_state_in_place(fr: &mut Frame, step: &Step, name: &str) -> 
     let begin = check_window(&b, &e, &held.shape, &u.shape)
         .map_err(|detail| format!("{detail} (state `{name}` of {held}, update {u})"))?;
     shape::slice_update(&mut held.data, &held.shape, &u.data, &u.shape, &begin);
+    // the window ends at `e` on every axis (checked), the last one included
+    let end = e.last().map_or(0, |&x| x as usize);
+    fr.state.wrote_window(name, end);
     Ok(())
 }
 

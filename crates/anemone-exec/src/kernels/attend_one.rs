@@ -26,6 +26,12 @@ use super::{simd, Accumulation};
 /// `out[j] = Σ_i q[i]·k[i·c + j]` summed as `gemm`'s single-row product sums it (module docs):
 /// `k[0][j]·q[0]`, then `fma(k[i][j], q[i], ·)` for `i = 1..d`.
 pub fn scores_row(q: &[f32], k: &[f32], c: usize, out: &mut [f32]) {
+    scores_cols(q, k, c, &mut out[..c]);
+}
+
+/// [`scores_row`] of the first `out.len()` columns of rows `c` apart (each column's value is
+/// its own chain, whatever the others).
+fn scores_cols(q: &[f32], k: &[f32], c: usize, out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("fma") {
         // SAFETY: the features the function is compiled for were detected at run time.
@@ -58,12 +64,12 @@ unsafe fn scores_row_avx512(q: &[f32], k: &[f32], c: usize, out: &mut [f32]) {
 /// feature, else the C library's exact `fmaf`).
 #[inline(always)]
 fn scores_row_generic(q: &[f32], k: &[f32], c: usize, out: &mut [f32]) {
-    let out = &mut out[..c];
+    let n = out.len();
     let Some((&q0, rest)) = q.split_first() else {
         out.fill(0.0);
         return;
     };
-    for (o, &kv) in out.iter_mut().zip(&k[..c]) {
+    for (o, &kv) in out.iter_mut().zip(&k[..n]) {
         *o = kv * q0;
     }
     // four channels a pass over `out` (each element's chain of fused multiply-adds is the
@@ -71,7 +77,7 @@ fn scores_row_generic(q: &[f32], k: &[f32], c: usize, out: &mut [f32]) {
     let quads = rest.chunks_exact(4);
     let tail = quads.remainder();
     for (p, qs) in quads.enumerate() {
-        let at = |r: usize| &k[(4 * p + r + 1) * c..(4 * p + r + 2) * c];
+        let at = |r: usize| &k[(4 * p + r + 1) * c..(4 * p + r + 1) * c + n];
         let (k0, k1, k2, k3) = (at(0), at(1), at(2), at(3));
         let ks = k0.iter().zip(k1).zip(k2).zip(k3);
         for (o, (((&a, &b), &e), &f)) in out.iter_mut().zip(ks) {
@@ -83,7 +89,7 @@ fn scores_row_generic(q: &[f32], k: &[f32], c: usize, out: &mut [f32]) {
     }
     let first_tail = 1 + (rest.len() - tail.len());
     for (i, &qi) in tail.iter().enumerate() {
-        let row = &k[(first_tail + i) * c..(first_tail + i + 1) * c];
+        let row = &k[(first_tail + i) * c..(first_tail + i) * c + n];
         for (o, &kv) in out.iter_mut().zip(row) {
             *o = kv.mul_add(qi, *o);
         }
@@ -120,16 +126,65 @@ fn round_if(on: bool, data: &mut [f32]) {
     }
 }
 
-/// `out [dv]` of one query head (`w.t == 1`) over all `w.c` columns, as the six ops compute it
+/// Columns of the K/V window are taken in multiples of this when the rest are skipped: the
+/// 32-wide steps of the value dots ([`simd::dot_f32_kernel`]), so the kept columns' products
+/// go to the same accumulators in the same order as over all columns.
+pub const SKIP_STEP: usize = 32;
+
+/// The columns a single query computes when its K and V columns from `zero_from` on hold ±0
+/// only: `zero_from` rounded up to a multiple of [`SKIP_STEP`] (at least one step), when that is
+/// fewer than all `c`.
+pub fn live_columns(c: usize, zero_from: usize) -> Option<usize> {
+    let l = zero_from.max(1).div_ceil(SKIP_STEP) * SKIP_STEP;
+    (l < c).then_some(l)
+}
+
+/// The largest mask value over the skipped columns, or `None` when one is NaN.
+pub fn hidden_mask_max(mask: &[f32]) -> Option<f32> {
+    let (max, nan) = mask
+        .iter()
+        .fold((f32::NEG_INFINITY, false), |(m, nan), &x| {
+            (m.max(x), nan | x.is_nan())
+        });
+    (!nan).then_some(max)
+}
+
+/// Columns skipped by [`attend_one`]: those from `cols` on, whose K and V hold ±0 only, and the
+/// largest of their mask values ([`hidden_mask_max`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Skip {
+    pub cols: usize,
+    pub hidden_mask_max: f32,
+}
+
+/// `out [dv]` of one query head (`w.t == 1`) as the six ops compute it over all `w.c` columns
 /// (module docs); `scores_first`: the mask add's first operand is the scores. `scratch` holds
 /// the row (resized here). Call only when [`scores_match_gemm`].
+///
+/// With `skip` (the K and V columns from `skip.cols` on hold ±0 only, `skip.cols` a multiple of
+/// [`SKIP_STEP`] below `c`), only the first `skip.cols` columns are computed when that provably
+/// gives the same bits, else all:
+/// - a skipped score is ±0 (a chain of products of ±0 with a finite `q`, checked), so its
+///   masked value is at most `B1 = round(hidden_mask_max)` (rounding is monotone), its shifted
+///   value at most `B2 = round(B1 − max)`, and the argument of its exponential in `softmax` at
+///   most `B2 − m` (`m` the softmax's own row maximum over the kept values);
+/// - when `B2 − m < −104`, every skipped masked value is below the kept maximum (so `max` and
+///   `m` are the kept ones, as `f32::max` folds them) and every skipped exponential is
+///   [`super::norm::exp_or_zero`]'s +0: softmax's in-order sum gains +0 terms only (it is
+///   positive: the maximum's term is 1) and the skipped probabilities are +0;
+/// - each value dot then gains `(±0)·(+0)` terms after the kept columns' steps (a multiple of
+///   the dot's 32-wide step), which leave its accumulators as they are: they start at +0 and a
+///   sum that starts at +0 is never −0.
+///
+/// Answers whether columns were skipped.
 pub fn attend_one(
     w: &HeadWindow,
     round: Rounding,
     scores_first: bool,
+    skip: Option<Skip>,
     scratch: &mut Vec<f32>,
     out: &mut [f32],
-) -> Result<(), String> {
+) -> Result<bool, String> {
     let HeadWindow { d, dv, t, c, .. } = *w;
     if t != 1
         || w.q.len() != d
@@ -147,41 +202,84 @@ pub fn attend_one(
             out.len()
         ));
     }
-    scratch.resize(c, 0.0);
-    let s = &mut scratch[..c];
-    scores_row(w.q, w.k, c, s);
+    let skip = skip.filter(|s| {
+        s.cols.is_multiple_of(SKIP_STEP)
+            && s.cols > 0
+            && s.cols < c
+            && w.q.iter().all(|x| x.is_finite())
+    });
+    if let Some(skip) = skip {
+        if attend_cols(w, round, scores_first, Some(skip), scratch, out) {
+            return Ok(true);
+        }
+    }
+    attend_cols(w, round, scores_first, None, scratch, out);
+    Ok(false)
+}
+
+/// The head over its first `skip.cols` columns (all `c` without `skip`); `false` (and `out`
+/// unspecified) when the skipped columns cannot be shown to change nothing.
+fn attend_cols(
+    w: &HeadWindow,
+    round: Rounding,
+    scores_first: bool,
+    skip: Option<Skip>,
+    scratch: &mut Vec<f32>,
+    out: &mut [f32],
+) -> bool {
+    let HeadWindow { dv, c, .. } = *w;
+    let n = skip.map_or(c, |s| s.cols);
+    scratch.resize(n, 0.0);
+    let s = &mut scratch[..n];
+    scores_cols(w.q, w.k, c, s);
     round_if(round.scores, s);
+    let mask = &w.mask[..n];
     if scores_first {
-        s.iter_mut().zip(w.mask).for_each(|(x, &m)| *x += m);
+        s.iter_mut().zip(mask).for_each(|(x, &m)| *x += m);
     } else {
         // the op's operand order (which of two NaNs' payloads an x86 add keeps)
         #[allow(clippy::assign_op_pattern)]
-        s.iter_mut().zip(w.mask).for_each(|(x, &m)| *x = m + *x);
+        s.iter_mut().zip(mask).for_each(|(x, &m)| *x = m + *x);
     }
     round_if(round.masked, s);
     let mut max = [s.iter().copied().fold(f32::NEG_INFINITY, f32::max)];
     round_if(round.max, &mut max);
     s.iter_mut().for_each(|x| *x -= max[0]);
     round_if(round.shifted, s);
-    softmax(s, &[1, c], 1, Accumulation::F32);
+    if let Some(skip) = skip {
+        // the bound on every skipped column's exponential argument (see `attend_one`)
+        let mut b = [skip.hidden_mask_max];
+        round_if(round.masked, &mut b);
+        b[0] -= max[0];
+        round_if(round.shifted, &mut b);
+        let m = s.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+        // a NaN fails too
+        if !matches!(
+            (b[0] - m).partial_cmp(&-104.0),
+            Some(std::cmp::Ordering::Less)
+        ) {
+            return false;
+        }
+    }
+    softmax(s, &[1, n], 1, Accumulation::F32);
     round_if(round.probs, s);
     // four rows of `v` a pass where the CPU has it (each row's value is `dot`'s)
     let dot = simd::dot_f32_kernel();
     let mut done = 0;
-    if let (Some(dot4), true) = (simd::dot_f32x4_kernel(), c > 0) {
+    if let (Some(dot4), true) = (simd::dot_f32x4_kernel(), n > 0) {
         for (q, o) in out.chunks_exact_mut(4).enumerate() {
-            o.copy_from_slice(&dot4(&w.v[4 * q * c..4 * (q + 1) * c], c, s));
+            o.copy_from_slice(&dot4(&w.v[4 * q * c..4 * q * c + 3 * c + n], c, s));
         }
         done = dv / 4 * 4;
     }
     for (o, row) in out.iter_mut().zip(w.v.chunks_exact(c.max(1))).skip(done) {
-        *o = dot(row, s);
+        *o = dot(&row[..n], s);
     }
     if c == 0 {
         out.fill(0.0);
     }
     round_if(round.out, out);
-    Ok(())
+    true
 }
 
 #[cfg(test)]
@@ -322,7 +420,7 @@ mod tests {
                 for scores_first in [true, false] {
                     let mut out = vec![f32::NAN; dv];
                     let mut scratch = Vec::new();
-                    attend_one(&w, r, scores_first, &mut scratch, &mut out).unwrap();
+                    attend_one(&w, r, scores_first, None, &mut scratch, &mut out).unwrap();
                     assert_eq!(
                         bits(&out),
                         bits(&unfused(&w, r, scores_first)),
@@ -331,6 +429,89 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Fails if skipping the columns past the written part of the window changes one bit:
+    /// windows of every lane tail, K/V zero (of either sign) past `filled`, stale garbage
+    /// before it, masks that hide the rest (−1e4, −inf) and masks that do not (0, −50: the
+    /// kernel must fall back), every rounding; and the skip must be taken where it can be.
+    #[test]
+    fn skipping_the_unwritten_columns_changes_no_bit() {
+        if !scores_match_gemm() {
+            return;
+        }
+        let all = Rounding {
+            scores: true,
+            masked: true,
+            max: true,
+            shifted: true,
+            probs: true,
+            out: true,
+        };
+        let mut fell_back = 0;
+        // (d, dv, c, filled, visible): visible ≤ filled columns are unmasked
+        for (d, dv, c, filled, visible) in [
+            (64, 64, 512, 65, 65),
+            (64, 64, 512, 128, 4),
+            (64, 64, 512, 1, 1),
+            (3, 5, 45, 7, 7),
+            (37, 29, 130, 33, 20),
+            (128, 128, 1000, 900, 870),
+            (64, 64, 96, 95, 95),
+        ] {
+            let q = values(d, 11, 2.0);
+            let mut k = values(d * c, 12, 3.0);
+            let mut v = values(dv * c, 13, 1.0);
+            for i in 0..d {
+                for j in filled..c {
+                    k[i * c + j] = if (i + j) % 3 == 0 { -0.0 } else { 0.0 };
+                }
+            }
+            for i in 0..dv {
+                for j in filled..c {
+                    v[i * c + j] = if (i + j) % 2 == 0 { -0.0 } else { 0.0 };
+                }
+            }
+            for hidden in [-1e4f32, f32::NEG_INFINITY, 0.0, -50.0] {
+                let mask: Vec<f32> = (0..c)
+                    .map(|j| if j < visible { 0.0 } else { hidden })
+                    .collect();
+                let w = HeadWindow {
+                    q: &q,
+                    k: &k,
+                    v: &v,
+                    mask: &mask,
+                    d,
+                    dv,
+                    t: 1,
+                    c,
+                };
+                let skip = live_columns(c, filled).map(|cols| Skip {
+                    cols,
+                    hidden_mask_max: hidden_mask_max(&mask[cols..]).unwrap(),
+                });
+                for r in [Rounding::default(), all] {
+                    for scores_first in [true, false] {
+                        let mut out = vec![f32::NAN; dv];
+                        let mut scratch = Vec::new();
+                        let skipped =
+                            attend_one(&w, r, scores_first, skip, &mut scratch, &mut out).unwrap();
+                        let case = format!("{d}×{dv}×{c} filled {filled} mask {hidden} {r:?}");
+                        assert_eq!(bits(&out), bits(&unfused(&w, r, scores_first)), "{case}");
+                        if hidden < -1e3 {
+                            assert_eq!(skipped, skip.is_some(), "{case}");
+                        } else if skip.is_some() && !skipped {
+                            fell_back += 1;
+                        }
+                    }
+                }
+            }
+        }
+        assert!(fell_back > 0, "the unprovable masks must fall back");
+        assert_eq!(live_columns(512, 0), Some(32));
+        assert_eq!(live_columns(512, 481), None);
+        assert_eq!(live_columns(100, 64), Some(64));
+        assert_eq!(hidden_mask_max(&[-1.0, f32::NAN]), None);
     }
 
     /// Fails if a score's chain of fused multiply-adds changes by one bit (whichever kernel

@@ -1,0 +1,160 @@
+//! A decode step's heads over a KV state read only the written columns of the state (the rest
+//! hold zeros and are hidden by the mask): through a whole context, after a state set from
+//! outside and after a reset, every output and the state are bit for bit those of the observed
+//! run, which runs every op over every column.
+
+mod common;
+
+use anemone_exec::{OpOutput, Precision, Tensor};
+use anemone_mil::{DType, Function, FunctionBuilder, TensorType};
+use common::*;
+
+const D: usize = 64; // head dim
+const S: usize = 200; // context slots (not a multiple of the skip step)
+const HEADS: usize = 2;
+
+/// `kv [2, 1, D, S]` (K row 0, V row 1): write k, v at `pos`, then per head the six ops over
+/// windows of the updated cache (widened to f32 first when `widen`, as fp32 programs do).
+fn decode(dtype: DType, widen: bool) -> Function {
+    let mut f = FunctionBuilder::new("main");
+    let col = |f: &mut FunctionBuilder, name: &str| {
+        f.input(name, TensorType::new(dtype, [1, 1, D, 1])).unwrap()
+    };
+    let qs: Vec<_> = (0..HEADS).map(|h| col(&mut f, &format!("q{h}"))).collect();
+    let (k, v) = (col(&mut f, "k"), col(&mut f, "v"));
+    let mask = f
+        .input("mask", TensorType::new(dtype, [1, 1, 1, S]))
+        .unwrap();
+    let pos = f.input("pos", TensorType::new(DType::I32, [1])).unwrap();
+    let kv = f
+        .state("kv", TensorType::new(DType::F16, [2, 1, D, S]))
+        .unwrap();
+    let k_row = f.const_i32("k_row", &[3], &[0, 0, 0]).unwrap();
+    let v_row = f.const_i32("v_row", &[3], &[1, 0, 0]).unwrap();
+    let extent = f.const_i32("extent", &[4], &[1, 1, D as i32, 1]).unwrap();
+    let k_begin = f.concat("k_begin", &[k_row, pos], 0).unwrap();
+    let v_begin = f.concat("v_begin", &[v_row, pos], 0).unwrap();
+    let k_end = f.add("k_end", k_begin, extent).unwrap();
+    let v_end = f.add("v_end", v_begin, extent).unwrap();
+    let (k, v) = if dtype == DType::F16 {
+        (k, v)
+    } else {
+        (
+            f.cast("k16", k, DType::F16).unwrap(),
+            f.cast("v16", v, DType::F16).unwrap(),
+        )
+    };
+    let old = f.read_state("old", kv).unwrap();
+    let with_k = f.slice_update("k_upd", old, k, k_begin, k_end).unwrap();
+    let with_v = f.slice_update("v_upd", with_k, v, v_begin, v_end).unwrap();
+    let (d, s) = (D as i64, S as i64);
+    let mut ks = f
+        .slice_by_index("ks", with_v, &[0, 0, 0, 0], &[1, 1, d, s], None)
+        .unwrap();
+    let mut vs = f
+        .slice_by_index("vs", with_v, &[1, 0, 0, 0], &[2, 1, d, s], None)
+        .unwrap();
+    if widen {
+        ks = f.cast("ks32", ks, DType::F32).unwrap();
+        vs = f.cast("vs32", vs, DType::F32).unwrap();
+    }
+    let mut outs = Vec::new();
+    for (h, &q) in qs.iter().enumerate() {
+        let scores = f
+            .matmul(&format!("h{h}_scores"), q, ks, true, false)
+            .unwrap();
+        let masked = if h == 1 {
+            f.add(&format!("h{h}_masked"), mask, scores).unwrap()
+        } else {
+            f.add(&format!("h{h}_masked"), scores, mask).unwrap()
+        };
+        let row_max = f
+            .reduce_max(&format!("h{h}_max"), masked, &[-1], true)
+            .unwrap();
+        let shifted = f.sub(&format!("h{h}_shifted"), masked, row_max).unwrap();
+        let probs = f.softmax(&format!("h{h}_probs"), shifted, -1).unwrap();
+        outs.push(
+            f.matmul(&format!("h{h}_attn"), vs, probs, false, true)
+                .unwrap(),
+        );
+    }
+    let all = f.concat("heads", &outs, 2).unwrap();
+    f.write_state("write", kv, with_v).unwrap();
+    f.output(all).unwrap();
+    f.finish().unwrap()
+}
+
+fn bits(t: &Tensor) -> Vec<u32> {
+    t.data.iter().map(|x| x.to_bits()).collect()
+}
+
+#[test]
+fn decode_over_the_written_columns_gives_the_observed_values_bit_for_bit() {
+    for (dtype, widen, precision) in [
+        (DType::F16, false, Precision::Fp16),
+        (DType::F32, true, Precision::Fp32),
+        (DType::F16, false, Precision::Fp32),
+    ] {
+        let loaded = load(vec![decode(dtype, widen)], precision);
+        let pkg = &loaded.package;
+        let t = |shape: Vec<usize>, data: Vec<f32>| match dtype {
+            DType::F16 => Tensor::f16(shape, data).unwrap(),
+            _ => Tensor::f32(shape, data).unwrap(),
+        };
+        let mut state = pkg.new_state("main").unwrap();
+        let mut observed_state = state.clone();
+        // (first position, how the state starts): fresh; set from outside with garbage in
+        // its first 40 slots and a NaN in its last (no column past the written ones may be
+        // skipped); reset after a full context
+        for (phase, first) in [(0, 0usize), (1, 40), (2, 0)] {
+            match phase {
+                1 => {
+                    let mut kv = values(2 * D * S, 9, 4.0);
+                    for (i, x) in kv.iter_mut().enumerate() {
+                        if i % S >= first {
+                            *x = 0.0;
+                        }
+                    }
+                    // a NaN in the last V slot: every output is NaN until a step writes it
+                    kv[D * S + S - 1] = f32::NAN;
+                    let kv = Tensor::f16(vec![2, 1, D, S], kv).unwrap();
+                    state.insert("kv", kv.clone());
+                    observed_state.insert("kv", kv);
+                }
+                2 => {
+                    state.reset();
+                    observed_state.reset();
+                }
+                _ => {}
+            }
+            for position in first..S {
+                let seed = (position * 7 + phase) as u64;
+                let mask: Vec<f32> = (0..S)
+                    .map(|j| if j <= position { 0.0 } else { -1e4 })
+                    .collect();
+                let mut list = vec![
+                    ("k", t(vec![1, 1, D, 1], values(D, seed, 3.0))),
+                    ("v", t(vec![1, 1, D, 1], values(D, seed + 1, 1.0))),
+                    ("mask", t(vec![1, 1, 1, S], mask)),
+                    ("pos", Tensor::i32(vec![1], &[position as i32]).unwrap()),
+                ];
+                let names: Vec<String> = (0..HEADS).map(|h| format!("q{h}")).collect();
+                for (h, name) in names.iter().enumerate() {
+                    let q = values(D, seed + 2 + h as u64, 1.5);
+                    list.push((name, t(vec![1, 1, D, 1], q)));
+                }
+                let ins = inputs(list);
+                let out = pkg.predict("main", &ins, &mut state).unwrap();
+                let mut observer = |_: OpOutput<'_>| {};
+                let observed = pkg
+                    .predict_observed("main", &ins, &mut observed_state, &mut observer)
+                    .unwrap();
+                let case =
+                    format!("{dtype:?} widen {widen} {precision:?} phase {phase} at {position}");
+                assert_eq!(bits(&out["heads"]), bits(&observed["heads"]), "{case}");
+                let kv = |s: &anemone_exec::State| bits(s.get("kv").unwrap());
+                assert!(kv(&state) == kv(&observed_state), "{case}: states differ");
+            }
+        }
+    }
+}
