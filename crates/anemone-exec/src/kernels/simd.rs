@@ -115,7 +115,9 @@ mod avx2 {
 
 /// `R` rows a pass (fp16 or f32), sharing the loads of `x`: AVX-512 registers holding two of the
 /// one-row dot's 8-lane accumulators side by side, so each row's sum is `avx2::dot_f16`'s /
-/// `avx2::dot_f32`'s bit for bit.
+/// `avx2::dot_f32`'s bit for bit. Each pass asks for the next pass's rows ahead (software
+/// prefetch: a single-token matvec streams its weights from memory once, and the hardware
+/// prefetcher stops at every page boundary); hints change no value.
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
     use std::arch::x86_64::*;
@@ -141,10 +143,15 @@ mod avx512 {
         let mut a01 = [_mm512_setzero_ps(); R];
         let mut a23 = [_mm512_setzero_ps(); R];
         let mut i = 0;
+        // the same place of the next `R` rows (a matvec's next pass), in bytes: asked for
+        // ahead, as the hardware prefetcher does not cross pages
+        let ahead = 2 * R * n;
         while i + 32 <= n {
             let x0 = _mm512_loadu_ps(px.add(i));
             let x1 = _mm512_loadu_ps(px.add(i + 16));
             for r in 0..R {
+                // a hint only: never dereferenced, never faults
+                _mm_prefetch::<_MM_HINT_T0>(at(r, i).wrapping_add(ahead) as *const i8);
                 let w0 = _mm512_cvtph_ps(_mm256_loadu_si256(at(r, i) as *const __m256i));
                 let w1 = _mm512_cvtph_ps(_mm256_loadu_si256(at(r, i + 16) as *const __m256i));
                 a01[r] = _mm512_fmadd_ps(w0, x0, a01[r]);
@@ -199,10 +206,15 @@ mod avx512 {
         let mut a01 = [_mm512_setzero_ps(); R];
         let mut a23 = [_mm512_setzero_ps(); R];
         let mut i = 0;
+        // the same place of the next `R` rows (a matvec's next pass): asked for ahead
+        let ahead = R * rs;
         while i + 32 <= n {
             let x0 = _mm512_loadu_ps(px.add(i));
             let x1 = _mm512_loadu_ps(px.add(i + 16));
             for r in 0..R {
+                // hints only: never dereferenced, never fault
+                _mm_prefetch::<_MM_HINT_T0>(at(r, i).wrapping_add(ahead) as *const i8);
+                _mm_prefetch::<_MM_HINT_T0>(at(r, i + 16).wrapping_add(ahead) as *const i8);
                 a01[r] = _mm512_fmadd_ps(_mm512_loadu_ps(at(r, i)), x0, a01[r]);
                 a23[r] = _mm512_fmadd_ps(_mm512_loadu_ps(at(r, i + 16)), x1, a23[r]);
             }

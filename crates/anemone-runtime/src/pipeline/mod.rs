@@ -6,6 +6,7 @@
 //! one sequence and implements [`crate::LogitsModel`], so generation, sampling, chat templates and
 //! teacher forcing run unchanged on a bundle.
 
+mod head_rows;
 mod host;
 mod session;
 
