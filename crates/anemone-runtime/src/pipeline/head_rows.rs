@@ -1,9 +1,9 @@
-//! The host LM head's fp16 rows: [`rows_serial_f16`]'s values bit for bit, four rows a pass
-//! that also asks for the next pass's rows ahead (software prefetch). A head streams tens of
+//! The host LM head's rows: [`rows_serial_f16`]'s / [`rows_serial`]'s values bit for bit, four
+//! rows a pass that also asks for the next pass's rows ahead (software prefetch). A head streams tens of
 //! MiB of weights from memory per token, and the hardware prefetcher stops at every 4 KiB page
 //! boundary; a prefetch is a hint and changes no value.
 
-use anemone_models::reference::rows_serial_f16;
+use anemone_models::reference::{rows_serial, rows_serial_f16};
 use half::f16;
 
 /// `y[o]` = the dot of row `o` of `w` (`[y.len(), x.len()]`) with `x`, each exactly
@@ -22,6 +22,24 @@ pub(super) fn rows_f16(w: &[f16], x: &[f32], y: &mut [f32]) {
         return;
     }
     rows_serial_f16(w, x, y);
+}
+
+/// `y[o]` = the dot of row `o` of `w` (`[y.len(), x.len()]`) with `x`, each exactly
+/// [`rows_serial`]'s (which is `reference::kernels::dot`'s).
+pub(super) fn rows_f32(w: &[f32], x: &[f32], y: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if avx512() && w.len() == x.len() * y.len() {
+        let n = x.len();
+        let (quads, rest) = y.split_at_mut(y.len() / 4 * 4);
+        for (q, out) in quads.chunks_exact_mut(4).enumerate() {
+            // SAFETY: the features were detected; `w` holds four rows of `n` from `4 q n`.
+            unsafe { rows4_f32(&w[4 * q * n..4 * (q + 1) * n], x, out) };
+        }
+        let first = quads.len();
+        rows_serial(&w[first * n..], x, rest);
+        return;
+    }
+    rows_serial(w, x, y);
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -81,21 +99,76 @@ unsafe fn rows4(w: &[f16], x: &[f32], out: &mut [f32]) {
         }
         i += 8;
     }
-    let upper = |v: __m512| _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
     for r in 0..4 {
-        let acc = _mm256_add_ps(
-            _mm256_add_ps(_mm512_castps512_ps256(lo[r]), upper(lo[r])),
-            _mm256_add_ps(_mm512_castps512_ps256(hi[r]), upper(hi[r])),
-        );
-        let s = _mm_add_ps(_mm256_extractf128_ps(acc, 1), _mm256_castps256_ps128(acc));
-        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-        let mut sum = _mm_cvtss_f32(s);
+        let mut sum = reduce(lo[r], hi[r]);
         for j in i..n {
             sum += (*pw[r].add(j)).to_f32() * *px.add(j);
         }
         out[r] = sum;
     }
+}
+
+/// [`rows4`] of f32 rows (the same lanes, order and reduction; two cache lines a step).
+///
+/// # Safety
+/// AVX-512F, AVX2 and FMA must be present; `w.len() == 4 · x.len()`, `out.len() == 4`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,avx512f")]
+#[allow(clippy::needless_range_loop)]
+unsafe fn rows4_f32(w: &[f32], x: &[f32], out: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let n = x.len();
+    debug_assert!(w.len() == 4 * n && out.len() == 4);
+    let px = x.as_ptr();
+    let pw: [*const f32; 4] = std::array::from_fn(|r| w.as_ptr().add(r * n));
+    let ahead = 4 * n;
+    let mut lo = [_mm512_setzero_ps(); 4];
+    let mut hi = [_mm512_setzero_ps(); 4];
+    let mut i = 0;
+    while i + 32 <= n {
+        let x0 = _mm512_loadu_ps(px.add(i));
+        let x1 = _mm512_loadu_ps(px.add(i + 16));
+        for r in 0..4 {
+            // hints only: never dereferenced, never fault
+            _mm_prefetch::<_MM_HINT_T0>(pw[r].add(i).wrapping_add(ahead) as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(pw[r].add(i + 16).wrapping_add(ahead) as *const i8);
+            lo[r] = _mm512_fmadd_ps(_mm512_loadu_ps(pw[r].add(i)), x0, lo[r]);
+            hi[r] = _mm512_fmadd_ps(_mm512_loadu_ps(pw[r].add(i + 16)), x1, hi[r]);
+        }
+        i += 32;
+    }
+    const LOW8: __mmask16 = 0x00ff;
+    while i + 8 <= n {
+        let xv = _mm512_maskz_loadu_ps(LOW8, px.add(i));
+        for r in 0..4 {
+            let wv = _mm512_maskz_loadu_ps(LOW8, pw[r].add(i));
+            lo[r] = _mm512_mask3_fmadd_ps(wv, xv, lo[r], LOW8);
+        }
+        i += 8;
+    }
+    for r in 0..4 {
+        let mut sum = reduce(lo[r], hi[r]);
+        for j in i..n {
+            sum += *pw[r].add(j) * *px.add(j);
+        }
+        out[r] = sum;
+    }
+}
+
+/// The reference's reduction of a row's `lo` and `hi` accumulators (see [`rows4`]).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,avx512f")]
+unsafe fn reduce(lo: std::arch::x86_64::__m512, hi: std::arch::x86_64::__m512) -> f32 {
+    use std::arch::x86_64::*;
+    let upper = |v: __m512| _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
+    let acc = _mm256_add_ps(
+        _mm256_add_ps(_mm512_castps512_ps256(lo), upper(lo)),
+        _mm256_add_ps(_mm512_castps512_ps256(hi), upper(hi)),
+    );
+    let s = _mm_add_ps(_mm256_extractf128_ps(acc, 1), _mm256_castps256_ps128(acc));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+    _mm_cvtss_f32(s)
 }
 
 #[cfg(test)]
@@ -133,7 +206,16 @@ mod tests {
                 rows_f16(&w, &x, &mut got);
                 rows_serial_f16(&w, &x, &mut want);
                 let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                assert_eq!(bits(&got), bits(&want), "n={n} rows={rows}");
+                assert_eq!(bits(&got), bits(&want), "fp16 n={n} rows={rows}");
+                // the same rows as f32 values, and f32 values fp16 cannot hold
+                let w32: Vec<f32> = w
+                    .iter()
+                    .enumerate()
+                    .map(|(i, h)| h.to_f32() * (1.0 + (i % 5) as f32 / 7.0))
+                    .collect();
+                rows_f32(&w32, &x, &mut got);
+                rows_serial(&w32, &x, &mut want);
+                assert_eq!(bits(&got), bits(&want), "f32 n={n} rows={rows}");
             }
         }
     }
