@@ -5,7 +5,7 @@
 //! [`attend_one`]: crate::kernels::attend_one::attend_one
 
 use anemone_backend::Tensor;
-use anemone_mil::{DType, Op, Precision};
+use anemone_mil::{DType, Op, Precision, Var};
 
 use super::attend::{matrix, STEPS};
 use super::{finish_output, Frame, Slot};
@@ -99,6 +99,7 @@ fn compute(fr: &Frame, steps: &[Step], starts: &[usize]) -> Result<Option<Vec<Ve
     let mut heads = Vec::with_capacity(starts.len());
     // the heads of a step share their mask: its largest skipped value, by first skipped column
     let mut mask_max: Option<(usize, usize, Option<f32>)> = None;
+    let mut zero_memo: Option<(Var, Var, Option<usize>)> = None;
     for &at in starts {
         let group = &steps[at..at + STEPS];
         let (Op::Matmul { x: q, y: k, .. }, Op::Binary { x: a, y: b, .. }, Op::Matmul { x: v, .. }) =
@@ -108,9 +109,17 @@ fn compute(fr: &Frame, steps: &[Step], starts: &[usize]) -> Result<Option<Vec<Ve
         };
         let scores_first = *a == group[0].outputs[0];
         let mask = if scores_first { *b } else { *a };
-        let zero_from = match (fr.zero_columns_from(*k), fr.zero_columns_from(*v)) {
-            (Some(a), Some(b)) => Some(a.max(b)),
-            _ => None,
+        // query heads sharing a KV head read the same windows: their bound is looked up once
+        let zero_from = match zero_memo {
+            Some((kk, vv, z)) if (kk, vv) == (*k, *v) => z,
+            _ => {
+                let z = match (fr.zero_columns_from(*k), fr.zero_columns_from(*v)) {
+                    (Some(a), Some(b)) => Some(a.max(b)),
+                    _ => None,
+                };
+                zero_memo = Some((*k, *v, z));
+                z
+            }
         };
         let (q, k, v, mask) = (
             fr.operand(*q)?,
