@@ -39,7 +39,10 @@
 //! - a decode step's per-head attention runs as one kernel per head ([`kernels::attend_one`]):
 //!   the six ops' element operations, sum orders and roundings, the scores summed in the order
 //!   of `gemm`'s single-row product (checked once against `gemm` on the running CPU; otherwise
-//!   the ops run one by one).
+//!   the ops run one by one). It reads only the written columns of a KV state (every state
+//!   keeps a bound past which it holds ±0, raised by each write) when the skipped columns
+//!   provably change no bit (checked per head on the mask and the kept values; else all are
+//!   read).
 //!
 //! [`Accumulation::Fp16Blocks`] (`--precision fp16-acc`) keeps the rounding above and makes
 //! every sum inside an op accumulate in fp16 blocks ([`kernels::fp16acc`]): the pessimistic
