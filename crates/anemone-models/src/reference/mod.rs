@@ -11,6 +11,7 @@ mod attend;
 mod cache;
 mod forward;
 pub mod kernels;
+mod matmul;
 mod matvec;
 pub(crate) mod rope;
 use anemone_backend::team;

@@ -1,0 +1,218 @@
+//! The prefill matrix product `y = x·wᵀ` (`x: [rows, n_in]`, `w: [n_out, n_in]`, row-major) as
+//! register-blocked AVX-512 dot products, on the current rayon pool.
+//!
+//! Invariant (the values do not depend on the tiling, the tasks or the copy of `x`): every output
+//! inside the region of whole 4-row and 4-column blocks (`s < rows / 4 · 4`, `o < n_out / 4 · 4`)
+//! is one 16-lane accumulator — lane `l` sums `x[s][k]·w[o][k]` (fused) for `k ≡ l (mod 16)` in
+//! increasing `k`, the tail of a row masked to zero — reduced by `_mm512_reduce_add_ps`; every
+//! output outside it (the last `rows % 4` rows, the last `n_out % 4` columns) is
+//! [`dot`](super::kernels::dot). Tiles of any shape inside the region compute exactly those sums.
+
+#![cfg(target_arch = "x86_64")]
+
+use super::kernels::dot;
+use rayon::prelude::*;
+use std::arch::x86_64::*;
+
+/// AVX-512F and VL: the kernels keep up to 29 accumulators and operands in zmm0–zmm31, and the
+/// final reductions' 128/256-bit steps must be able to address zmm16–31 (without VL they
+/// cannot, and the compiler spills the accumulators).
+pub(super) fn has_avx512() -> bool {
+    use std::sync::OnceLock;
+    static HAS: OnceLock<bool> = OnceLock::new();
+    *HAS.get_or_init(|| is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512vl"))
+}
+
+/// Register tile: rows of x by weight rows, one accumulator each (6 × 4 accumulators, 4 weight
+/// vectors and one x vector: 29 of the 32 zmm registers).
+const TILE_ROWS: usize = 6;
+const TILE_COLUMNS: usize = 4;
+/// Output columns (weight rows) per task: whole tiles, ~112 KiB of a 896-wide weight.
+const COLUMNS_PER_TASK: usize = 8 * TILE_COLUMNS;
+
+/// One cache line of f32: the element of the 64-byte-aligned copy of x.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Line([f32; 16]);
+
+/// x with every row on a 64-byte boundary (a load of 16 values that straddles two cache lines
+/// costs two): borrowed when it already is, else copied with the row stride rounded up to 16.
+enum AlignedRows<'a> {
+    Borrowed(&'a [f32]),
+    Copied(Vec<Line>),
+}
+
+impl<'a> AlignedRows<'a> {
+    fn new(x: &'a [f32], rows: usize, n_in: usize) -> (Self, usize) {
+        if x.as_ptr() as usize % 64 == 0 && n_in % 16 == 0 {
+            return (Self::Borrowed(x), n_in);
+        }
+        let stride = n_in.next_multiple_of(16);
+        let mut lines = vec![Line([0.0; 16]); rows * stride / 16];
+        for (s, row) in x.chunks_exact(n_in.max(1)).take(rows).enumerate() {
+            let line_row = &mut lines[s * stride / 16..(s + 1) * stride / 16];
+            for (i, v) in row.iter().enumerate() {
+                line_row[i / 16].0[i % 16] = *v;
+            }
+        }
+        (Self::Copied(lines), stride)
+    }
+
+    fn as_ptr(&self) -> *const f32 {
+        match self {
+            Self::Borrowed(x) => x.as_ptr(),
+            Self::Copied(lines) => lines.as_ptr() as *const f32,
+        }
+    }
+}
+
+/// `y = x·wᵀ` with the values described in the module doc. The caller has checked the extents
+/// (`x: rows·n_in`, `w: n_out·n_in`, `y: rows·n_out`) and [`has_avx512`].
+pub(super) fn matmul_t_avx512(
+    x: &[f32],
+    w: &[f32],
+    y: &mut [f32],
+    rows: usize,
+    n_in: usize,
+    n_out: usize,
+) {
+    debug_assert!(x.len() == rows * n_in && w.len() == n_out * n_in && y.len() == rows * n_out);
+    let out = y.as_mut_ptr();
+    let (aligned, stride) = AlignedRows::new(x, rows, n_in);
+    let tasks = n_out.div_ceil(COLUMNS_PER_TASK);
+    let block_rows = rows / 4 * 4;
+    let block_columns = n_out / 4 * 4;
+    let g = Geometry {
+        x: aligned.as_ptr(),
+        stride,
+        w: w.as_ptr(),
+        n_in,
+        out,
+        n_out,
+        rows: block_rows,
+    };
+    (0..tasks).into_par_iter().for_each(|task| {
+        let first = task * COLUMNS_PER_TASK;
+        let last = (first + COLUMNS_PER_TASK).min(n_out);
+        let tiled_end = last.min(block_columns);
+        // SAFETY: AVX-512F/VL are present (the caller checked); the tiles read rows
+        // 0..block_rows of the aligned x (`stride` apart) and rows first..tiled_end of w, and
+        // write only y[s·n_out + o] for o in first..tiled_end.
+        unsafe {
+            let mut o = first;
+            while o + TILE_COLUMNS <= tiled_end {
+                columns::<TILE_COLUMNS>(g, o);
+                o += TILE_COLUMNS;
+            }
+            // the region's last columns of this task (fewer than a tile)
+            while o < tiled_end {
+                match tiled_end - o {
+                    1 => columns::<1>(g, o),
+                    2 | 3 => columns::<2>(g, o),
+                    _ => columns::<4>(g, o),
+                }
+                o += match tiled_end - o {
+                    1 => 1,
+                    2 | 3 => 2,
+                    _ => 4,
+                };
+            }
+        }
+        for o in first..last {
+            let wo = &w[o * n_in..(o + 1) * n_in];
+            let dot_rows = if o < block_columns { block_rows } else { 0 };
+            for s in dot_rows..rows {
+                // SAFETY: o < n_out and s < rows; this task alone writes column o.
+                unsafe { *g.out.add(s * n_out + o) = dot(&x[s * n_in..(s + 1) * n_in], wo) };
+            }
+        }
+    });
+    drop(aligned);
+}
+
+/// Where a task's tiles read and write.
+#[derive(Clone, Copy)]
+struct Geometry {
+    /// Row s of x at `x + s·stride`, 64-byte aligned.
+    x: *const f32,
+    stride: usize,
+    /// Row o of w at `w + o·n_in`.
+    w: *const f32,
+    n_in: usize,
+    /// Output (s, o) at `out + s·n_out + o`.
+    out: *mut f32,
+    n_out: usize,
+    /// Rows of the tiled region (a multiple of 4).
+    rows: usize,
+}
+// SAFETY: the tasks read x and w only, and write disjoint columns of the output, while the
+// buffers outlive the parallel region.
+unsafe impl Send for Geometry {}
+unsafe impl Sync for Geometry {}
+
+/// Every tiled row of the `C` weight rows from `o`: 6-row tiles, then 4- and 2-row ones.
+///
+/// # Safety
+/// AVX-512F/VL present; `g` describes valid buffers holding rows `0..g.rows` and `o..o + C`.
+#[target_feature(enable = "avx512f,avx512vl")]
+unsafe fn columns<const C: usize>(g: Geometry, o: usize) {
+    let mut s = 0;
+    while s + TILE_ROWS <= g.rows {
+        tile::<TILE_ROWS, C>(g, s, o);
+        s += TILE_ROWS;
+    }
+    while s + 4 <= g.rows {
+        tile::<4, C>(g, s, o);
+        s += 4;
+    }
+    while s + 2 <= g.rows {
+        tile::<2, C>(g, s, o);
+        s += 2;
+    }
+    while s < g.rows {
+        tile::<1, C>(g, s, o);
+        s += 1;
+    }
+}
+
+/// Outputs `y[s0..s0+R][o0..o0+C]`, one 16-lane accumulator each (see the module doc).
+///
+/// # Safety
+/// AVX-512F/VL present; rows `s0..s0+R` of x and `o0..o0+C` of w exist in `g`.
+#[target_feature(enable = "avx512f,avx512vl")]
+#[allow(clippy::needless_range_loop)]
+#[inline]
+unsafe fn tile<const R: usize, const C: usize>(g: Geometry, s0: usize, o0: usize) {
+    let n_in = g.n_in;
+    let full = n_in / 16 * 16;
+    let tail_mask: __mmask16 = ((1u32 << (n_in % 16)) - 1) as __mmask16;
+    let xr: [*const f32; R] = std::array::from_fn(|i| g.x.add((s0 + i) * g.stride));
+    let wr: [*const f32; C] = std::array::from_fn(|j| g.w.add((o0 + j) * n_in));
+    let mut acc = [[_mm512_setzero_ps(); C]; R];
+    let mut k = 0;
+    while k < full {
+        let wv: [__m512; C] = std::array::from_fn(|j| _mm512_loadu_ps(wr[j].add(k)));
+        for i in 0..R {
+            let xv = _mm512_load_ps(xr[i].add(k));
+            for j in 0..C {
+                acc[i][j] = _mm512_fmadd_ps(xv, wv[j], acc[i][j]);
+            }
+        }
+        k += 16;
+    }
+    if full < n_in {
+        let wv: [__m512; C] =
+            std::array::from_fn(|j| _mm512_maskz_loadu_ps(tail_mask, wr[j].add(full)));
+        for i in 0..R {
+            let xv = _mm512_maskz_loadu_ps(tail_mask, xr[i].add(full));
+            for j in 0..C {
+                acc[i][j] = _mm512_fmadd_ps(xv, wv[j], acc[i][j]);
+            }
+        }
+    }
+    for i in 0..R {
+        for j in 0..C {
+            *g.out.add((s0 + i) * g.n_out + o0 + j) = _mm512_reduce_add_ps(acc[i][j]);
+        }
+    }
+}
