@@ -157,32 +157,48 @@ unsafe impl Sync for Geometry {}
 #[target_feature(enable = "avx512f,avx512vl")]
 unsafe fn columns<const C: usize>(g: Geometry, o: usize) {
     let mut s = 0;
+    // the first C row tiles each pull one weight row of the next column tile into L2, a line
+    // per step, while they stream this tile's (the x rows they stream evict L1)
+    let mut next = o + C;
     while s + TILE_ROWS <= g.rows {
-        tile::<TILE_ROWS, C>(g, s, o);
+        if next < (o + 2 * C).min(g.n_out) {
+            tile::<TILE_ROWS, C, true>(g, s, o, g.w.add(next * g.n_in));
+            next += 1;
+        } else {
+            tile::<TILE_ROWS, C, false>(g, s, o, g.w);
+        }
         s += TILE_ROWS;
     }
     while s + 4 <= g.rows {
-        tile::<4, C>(g, s, o);
+        tile::<4, C, false>(g, s, o, g.w);
         s += 4;
     }
     while s + 2 <= g.rows {
-        tile::<2, C>(g, s, o);
+        tile::<2, C, false>(g, s, o, g.w);
         s += 2;
     }
     while s < g.rows {
-        tile::<1, C>(g, s, o);
+        tile::<1, C, false>(g, s, o, g.w);
         s += 1;
     }
 }
 
 /// Outputs `y[s0..s0+R][o0..o0+C]`, one 16-lane accumulator each (see the module doc).
 ///
+/// With `PREFETCH`, also asks for the `n_in` values from `prefetch` to be brought into L2.
+///
 /// # Safety
-/// AVX-512F/VL present; rows `s0..s0+R` of x and `o0..o0+C` of w exist in `g`.
+/// AVX-512F/VL present; rows `s0..s0+R` of x and `o0..o0+C` of w exist in `g`; with
+/// `PREFETCH`, `prefetch` is a row of w.
 #[target_feature(enable = "avx512f,avx512vl")]
 #[allow(clippy::needless_range_loop)]
 #[inline]
-unsafe fn tile<const R: usize, const C: usize>(g: Geometry, s0: usize, o0: usize) {
+unsafe fn tile<const R: usize, const C: usize, const PREFETCH: bool>(
+    g: Geometry,
+    s0: usize,
+    o0: usize,
+    prefetch: *const f32,
+) {
     let n_in = g.n_in;
     let full = n_in / 16 * 16;
     let tail_mask: __mmask16 = ((1u32 << (n_in % 16)) - 1) as __mmask16;
@@ -191,6 +207,9 @@ unsafe fn tile<const R: usize, const C: usize>(g: Geometry, s0: usize, o0: usize
     let mut acc = [[_mm512_setzero_ps(); C]; R];
     let mut k = 0;
     while k < full {
+        if PREFETCH {
+            _mm_prefetch::<_MM_HINT_T1>(prefetch.add(k) as *const i8);
+        }
         let wv: [__m512; C] = std::array::from_fn(|j| _mm512_loadu_ps(wr[j].add(k)));
         for i in 0..R {
             let xv = _mm512_load_ps(xr[i].add(k));
