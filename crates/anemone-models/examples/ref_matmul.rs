@@ -39,14 +39,25 @@ fn main() {
         .num_threads(threads)
         .build()
         .unwrap();
-    let rows = 64;
+    // optional: one shape `rows n_in n_out` instead of Qwen2.5-0.5B's four at 64 rows
+    let custom: Vec<usize> = args[3.min(args.len())..]
+        .iter()
+        .map(|v| v.parse().unwrap())
+        .collect();
+    let (rows, shapes) = match custom[..] {
+        [rows, n_in, n_out] => (rows, vec![("custom", n_in, n_out)]),
+        _ => (
+            64,
+            vec![
+                ("qkv", 896, 1152),
+                ("o", 896, 896),
+                ("gate_up", 896, 9728),
+                ("down", 4864, 896),
+            ],
+        ),
+    };
     let mut total = 0.0;
-    for (name, n_in, n_out) in [
-        ("qkv", 896, 1152),
-        ("o", 896, 896),
-        ("gate_up", 896, 9728),
-        ("down", 4864, 896),
-    ] {
+    for (name, n_in, n_out) in shapes {
         let x: Vec<f32> = (0..rows * n_in).map(|i| (i % 97) as f32 * 0.01).collect();
         let w: Vec<f32> = (0..n_out * n_in).map(|i| (i % 89) as f32 * 0.01).collect();
         let mut y = vec![0f32; rows * n_out];

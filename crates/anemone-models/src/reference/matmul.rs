@@ -11,6 +11,7 @@
 #![cfg(target_arch = "x86_64")]
 
 use super::kernels::dot;
+use super::scratch::AlignedBuf;
 use rayon::prelude::*;
 use std::arch::x86_64::*;
 
@@ -32,16 +33,12 @@ const COLUMNS_PER_TASK: usize = 8 * TILE_COLUMNS;
 /// Values of `k` per pass over the rows: a 4-row weight tile of 1024 is 16 KiB of L1.
 const CHUNK: usize = 1024;
 
-/// One cache line of f32: the element of the 64-byte-aligned copy of x.
-#[derive(Clone, Copy)]
-#[repr(C, align(64))]
-struct Line([f32; 16]);
-
 /// x with every row on a 64-byte boundary (a load of 16 values that straddles two cache lines
-/// costs two): borrowed when it already is, else copied with the row stride rounded up to 16.
+/// costs two): borrowed when it already is (the forward's activations are [`AlignedBuf`]s),
+/// else copied with the row stride rounded up to 16.
 enum AlignedRows<'a> {
     Borrowed(&'a [f32]),
-    Copied(Vec<Line>),
+    Copied(AlignedBuf),
 }
 
 impl<'a> AlignedRows<'a> {
@@ -49,21 +46,14 @@ impl<'a> AlignedRows<'a> {
         if x.as_ptr() as usize % 64 == 0 && n_in % 16 == 0 {
             return (Self::Borrowed(x), n_in);
         }
-        let stride = n_in.next_multiple_of(16);
-        let mut lines = vec![Line([0.0; 16]); rows * stride / 16];
-        for (s, row) in x.chunks_exact(n_in.max(1)).take(rows).enumerate() {
-            let line_row = &mut lines[s * stride / 16..(s + 1) * stride / 16];
-            for (i, v) in row.iter().enumerate() {
-                line_row[i / 16].0[i % 16] = *v;
-            }
-        }
-        (Self::Copied(lines), stride)
+        let (copy, stride) = AlignedBuf::rows_from(x, rows, n_in);
+        (Self::Copied(copy), stride)
     }
 
     fn as_ptr(&self) -> *const f32 {
         match self {
             Self::Borrowed(x) => x.as_ptr(),
-            Self::Copied(lines) => lines.as_ptr() as *const f32,
+            Self::Copied(copy) => copy.as_ptr(),
         }
     }
 }

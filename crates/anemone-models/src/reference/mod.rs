@@ -14,6 +14,7 @@ pub mod kernels;
 mod matmul;
 mod matvec;
 pub(crate) mod rope;
+mod scratch;
 use anemone_backend::team;
 mod weights;
 
