@@ -79,5 +79,9 @@ fn main() {
             best * 1e3
         );
     }
-    println!("per layer {:.3} ms, ×24 = {:.1} ms", total * 1e3, total * 24e3);
+    println!(
+        "per layer {:.3} ms, ×24 = {:.1} ms",
+        total * 1e3,
+        total * 24e3
+    );
 }

@@ -184,7 +184,12 @@ fn attention_block(
         ..
     } = scratch;
 
-    rms_norm_into(x, &layer.input_norm, config.residual_norm_eps() as f32, normed);
+    rms_norm_into(
+        x,
+        &layer.input_norm,
+        config.residual_norm_eps() as f32,
+        normed,
+    );
     model.project(normed, layer.qkv, qkv, s, h, qkv_dim);
 
     let mut q = Vec::with_capacity(s * q_dim);

@@ -301,3 +301,7 @@ unsafe fn reduce4(a: __m512, b: __m512, c: __m512, d: __m512) -> __m128 {
         r,
     ))
 }
+
+#[cfg(test)]
+#[path = "matmul_tests.rs"]
+mod tests;

@@ -68,8 +68,13 @@ mod tests {
             assert_eq!(buf.as_ptr() as usize % 64, 0);
             assert_eq!(stride % 16, 0);
             for r in 0..3 {
-                assert_eq!(&buf[r * stride..r * stride + n], &values[r * n..(r + 1) * n]);
-                assert!(buf[r * stride + n..(r + 1) * stride].iter().all(|&v| v == 0.0));
+                assert_eq!(
+                    &buf[r * stride..r * stride + n],
+                    &values[r * n..(r + 1) * n]
+                );
+                assert!(buf[r * stride + n..(r + 1) * stride]
+                    .iter()
+                    .all(|&v| v == 0.0));
             }
         }
         let mut z = AlignedBuf::zeroed(33);
