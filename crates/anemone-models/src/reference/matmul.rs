@@ -28,8 +28,9 @@ pub(super) fn has_avx512() -> bool {
 /// vectors and one x vector: 29 of the 32 zmm registers).
 const TILE_ROWS: usize = 6;
 const TILE_COLUMNS: usize = 4;
-/// Output columns (weight rows) per task: whole tiles, ~112 KiB of a 896-wide weight.
-const COLUMNS_PER_TASK: usize = 8 * TILE_COLUMNS;
+/// Output columns (weight rows) per task: whole tiles, 56 KiB of a 896-wide weight (tasks
+/// small enough that two threads finish a 896-column product within a few percent of each other).
+const COLUMNS_PER_TASK: usize = 4 * TILE_COLUMNS;
 /// Values of `k` per pass over the rows: a 4-row weight tile of 1024 is 16 KiB of L1.
 const CHUNK: usize = 1024;
 
