@@ -44,7 +44,7 @@ enum AlignedRows<'a> {
 
 impl<'a> AlignedRows<'a> {
     fn new(x: &'a [f32], rows: usize, n_in: usize) -> (Self, usize) {
-        if x.as_ptr() as usize % 64 == 0 && n_in % 16 == 0 {
+        if (x.as_ptr() as usize).is_multiple_of(64) && n_in.is_multiple_of(16) {
             return (Self::Borrowed(x), n_in);
         }
         let (copy, stride) = AlignedBuf::rows_from(x, rows, n_in);
