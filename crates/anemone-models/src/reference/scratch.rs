@@ -23,7 +23,9 @@ impl AlignedBuf {
 
     /// A buffer of `len` values from `rows` rows of `n` values each (`values` holds them back
     /// to back), each row starting on a 64-byte boundary: the row stride is `n` rounded up to 16
-    /// (the gaps are zero). Returns the buffer and the stride.
+    /// (the gaps are zero). Returns the buffer and the stride. (The AVX-512 product's copy of
+    /// an x that is not aligned.)
+    #[cfg(any(target_arch = "x86_64", test))]
     pub fn rows_from(values: &[f32], rows: usize, n: usize) -> (Self, usize) {
         let stride = n.next_multiple_of(16);
         let mut buf = Self::zeroed(rows * stride);
