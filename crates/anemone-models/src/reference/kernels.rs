@@ -2,7 +2,9 @@
 //! products against `[out, in]` row-major weights, RMSNorm, SiLU and softmax.
 //!
 //! Decode is memory-bandwidth bound, so [`matvec`] streams each weight row once through an FMA dot
-//! product split across the model's thread pool; prefill is compute bound and goes through `gemm`.
+//! product split across the model's thread pool; prefill is compute bound and goes through
+//! [`matmul_t`]: register-tiled AVX-512 dot products (`matmul.rs`) where the CPU has AVX-512F/VL,
+//! else `gemm`.
 
 use rayon::prelude::*;
 
@@ -189,7 +191,10 @@ pub fn matvec(w: &[f32], x: &[f32], y: &mut [f32]) {
 }
 
 /// `y[s, o] = Σ_i x[s, i]·w[o, i]` (`y = x·wᵀ`) for row-major `x: [rows, n_in]`,
-/// `w: [n_out, n_in]`, `y: [rows, n_out]`; uses the current rayon pool.
+/// `w: [n_out, n_in]`, `y: [rows, n_out]`; uses the current rayon pool. With AVX-512F/VL each
+/// output's summation order is the one `matmul.rs` documents (whatever the tiling or the
+/// threads); `x` rows on 64-byte boundaries (an aligned buffer, rows a multiple of 16 long) save
+/// it a copy.
 pub fn matmul_t(x: &[f32], w: &[f32], y: &mut [f32], rows: usize, n_in: usize, n_out: usize) {
     assert_eq!(x.len(), rows * n_in, "matmul_t: x is not [rows, n_in]");
     assert_eq!(w.len(), n_out * n_in, "matmul_t: w is not [n_out, n_in]");
