@@ -70,6 +70,11 @@ pub(super) fn matmul_t_avx512(
     n_out: usize,
 ) {
     debug_assert!(x.len() == rows * n_in && w.len() == n_out * n_in && y.len() == rows * n_out);
+    if n_in == 0 {
+        // empty sums (the tiles below run no step at all)
+        y.fill(0.0);
+        return;
+    }
     let out = y.as_mut_ptr();
     let (aligned, stride) = AlignedRows::new(x, rows, n_in);
     let tasks = n_out.div_ceil(COLUMNS_PER_TASK);

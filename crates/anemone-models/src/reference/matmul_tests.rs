@@ -130,6 +130,7 @@ fn tiles_chunks_and_the_aligned_copy_keep_the_replaced_kernels_bits() {
         (22, 33, 35),
         (3, 64, 64),
         (7, 1, 9),
+        (5, 0, 8),
     ] {
         let x = pseudo_random(rows * n_in + 1, 5);
         let w = pseudo_random(n_out * n_in, 6);
