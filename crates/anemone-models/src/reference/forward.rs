@@ -10,10 +10,12 @@ use super::cache::KvCache;
 use super::kernels::{axpy, gelu_tanh, matmul_t, rms_norm_into, rms_norm_rows, silu};
 use super::matvec::matvec;
 use super::rope::{Rope, Ropes};
+use super::scratch::AlignedBuf;
 use super::weights::{LayerWeights, Weights};
 use super::LogitsFor;
 use anemone_backend::team::Team;
 use anemone_checkpoint::DecoderConfig;
+use rayon::prelude::*;
 
 /// Logits and residual stream of a traced forward.
 #[derive(Debug, Clone)]
@@ -84,13 +86,23 @@ pub fn run(
     // LongRoPE: this call's factors, by its last position (transformers' per-call seq_len)
     let angles = angles_of(rope.global(config.rope_factors(first_position + s)));
     let local_angles = rope.local().map(angles_of);
+    let mut scratch = Scratch::new(config, s);
     for (index, layer) in weights.layers.iter().enumerate() {
         let layer_angles = match (config.sliding_window(index), &local_angles) {
             (Some(_), Some(local)) => local,
             _ => &angles,
         };
-        attention_block(model, layer, index, cache, layer_angles, &mut x, eps);
-        mlp_block(model, layer, &mut x, eps);
+        attention_block(
+            model,
+            layer,
+            index,
+            cache,
+            layer_angles,
+            &mut x,
+            eps,
+            &mut scratch,
+        );
+        mlp_block(model, layer, &mut x, eps, &mut scratch);
         if let Some(t) = trace.as_deref_mut() {
             t.push(x.clone());
         }
@@ -116,6 +128,39 @@ pub fn run(
     }
 }
 
+/// The activations of one forward call, reused by every layer (each use overwrites all of
+/// its buffer). The inputs of the matrix products are 64-byte aligned (see [`AlignedBuf`]).
+struct Scratch {
+    /// `[s, hidden]`: a block's normed input.
+    normed: AlignedBuf,
+    /// `[s, q_dim + 2·kv_dim]`.
+    qkv: Vec<f32>,
+    /// `[s, q_dim]`.
+    attended: AlignedBuf,
+    /// `[s, hidden]`: a block's output before it joins the residual stream.
+    projected: Vec<f32>,
+    /// `[s, 2·intermediate]`.
+    gate_up: Vec<f32>,
+    /// `[s, intermediate]`.
+    act: AlignedBuf,
+}
+
+impl Scratch {
+    fn new(config: &DecoderConfig, s: usize) -> Self {
+        let (h, q_dim, kv_dim) = (config.hidden_size, config.q_dim(), config.kv_dim());
+        let inter = config.intermediate_size;
+        Self {
+            normed: AlignedBuf::zeroed(s * h),
+            qkv: vec![0.0; s * (q_dim + 2 * kv_dim)],
+            attended: AlignedBuf::zeroed(s * q_dim),
+            projected: vec![0.0; s * h],
+            gate_up: vec![0.0; s * 2 * inter],
+            act: AlignedBuf::zeroed(s * inter),
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
 fn attention_block(
     model: Model<'_>,
     layer: &LayerWeights,
@@ -124,22 +169,28 @@ fn attention_block(
     angles: &[(Vec<f32>, Vec<f32>)],
     x: &mut [f32],
     eps: f32,
+    scratch: &mut Scratch,
 ) {
     let config = model.config;
     let (h, d) = (config.hidden_size, config.head_dim);
     let (q_dim, kv_dim) = (config.q_dim(), config.kv_dim());
     let qkv_dim = q_dim + 2 * kv_dim;
     let s = angles.len();
+    let Scratch {
+        normed,
+        qkv,
+        attended,
+        projected,
+        ..
+    } = scratch;
 
-    let mut normed = vec![0f32; s * h];
     rms_norm_into(
         x,
         &layer.input_norm,
         config.residual_norm_eps() as f32,
-        &mut normed,
+        normed,
     );
-    let mut qkv = vec![0f32; s * qkv_dim];
-    model.project(&normed, layer.qkv, &mut qkv, s, h, qkv_dim);
+    model.project(normed, layer.qkv, qkv, s, h, qkv_dim);
 
     let mut q = Vec::with_capacity(s * q_dim);
     let mut k = Vec::with_capacity(s * kv_dim);
@@ -171,54 +222,68 @@ fn attention_block(
         window: config.sliding_window(layer_index),
     };
     let (keys, values) = cache.layer(layer_index);
-    let mut attended = vec![0f32; s * q_dim];
-    attend(shape, &q, keys, values, &mut attended, Some(model.team));
+    attend(shape, &q, keys, values, attended, Some(model.team));
 
-    let mut projected = vec![0f32; s * h];
-    model.project(&attended, layer.o_proj, &mut projected, s, q_dim, h);
+    model.project(attended, layer.o_proj, projected, s, q_dim, h);
     if let Some(bias) = &layer.o_bias {
         for row in projected.chunks_exact_mut(h) {
             axpy(1.0, bias, row);
         }
     }
     if let Some((post_attention, _)) = &layer.output_norms {
-        rms_norm_rows(&mut projected, post_attention, eps);
+        rms_norm_rows(projected, post_attention, eps);
     }
-    axpy(1.0, &projected, x);
+    axpy(1.0, projected, x);
 }
 
-fn mlp_block(model: Model<'_>, layer: &LayerWeights, x: &mut [f32], eps: f32) {
+fn mlp_block(
+    model: Model<'_>,
+    layer: &LayerWeights,
+    x: &mut [f32],
+    eps: f32,
+    scratch: &mut Scratch,
+) {
     let config = model.config;
     let (h, inter) = (config.hidden_size, config.intermediate_size);
     let s = x.len() / h;
-    let mut normed = vec![0f32; s * h];
+    let Scratch {
+        normed,
+        gate_up,
+        act,
+        projected: down,
+        ..
+    } = scratch;
     rms_norm_into(
         x,
         &layer.post_attention_norm,
         config.residual_norm_eps() as f32,
-        &mut normed,
+        normed,
     );
     let act_fn: fn(f32) -> f32 = if config.gemma.is_some() {
         gelu_tanh
     } else {
         silu
     };
-    let mut gate_up = vec![0f32; s * 2 * inter];
-    model.project(&normed, layer.gate_up, &mut gate_up, s, h, 2 * inter);
-    let mut act = vec![0f32; s * inter];
-    for (out, gu) in act
-        .chunks_exact_mut(inter)
-        .zip(gate_up.chunks_exact(2 * inter))
-    {
+    model.project(normed, layer.gate_up, gate_up, s, h, 2 * inter);
+    // element by element, so the rows may go to the pool in any order (a batch's rows do)
+    let activate = |(out, gu): (&mut [f32], &[f32])| {
         let (gate, up) = gu.split_at(inter);
         for ((o, g), u) in out.iter_mut().zip(gate).zip(up) {
             *o = act_fn(*g) * u;
         }
+    };
+    if s > 1 {
+        act.par_chunks_exact_mut(inter)
+            .zip(gate_up.par_chunks_exact(2 * inter))
+            .for_each(activate);
+    } else {
+        act.chunks_exact_mut(inter)
+            .zip(gate_up.chunks_exact(2 * inter))
+            .for_each(activate);
     }
-    let mut down = vec![0f32; s * h];
-    model.project(&act, layer.down, &mut down, s, inter, h);
+    model.project(act, layer.down, down, s, inter, h);
     if let Some((_, post_feedforward)) = &layer.output_norms {
-        rms_norm_rows(&mut down, post_feedforward, eps);
+        rms_norm_rows(down, post_feedforward, eps);
     }
-    axpy(1.0, &down, x);
+    axpy(1.0, down, x);
 }

@@ -2,7 +2,9 @@
 //! products against `[out, in]` row-major weights, RMSNorm, SiLU and softmax.
 //!
 //! Decode is memory-bandwidth bound, so [`matvec`] streams each weight row once through an FMA dot
-//! product split across the model's thread pool; prefill is compute bound and goes through `gemm`.
+//! product split across the model's thread pool; prefill is compute bound and goes through
+//! [`matmul_t`]: register-tiled AVX-512 dot products (`matmul.rs`) where the CPU has AVX-512F/VL,
+//! else `gemm`.
 
 use rayon::prelude::*;
 
@@ -189,7 +191,10 @@ pub fn matvec(w: &[f32], x: &[f32], y: &mut [f32]) {
 }
 
 /// `y[s, o] = Σ_i x[s, i]·w[o, i]` (`y = x·wᵀ`) for row-major `x: [rows, n_in]`,
-/// `w: [n_out, n_in]`, `y: [rows, n_out]`; uses the current rayon pool.
+/// `w: [n_out, n_in]`, `y: [rows, n_out]`; uses the current rayon pool. With AVX-512F/VL each
+/// output's summation order is the one `matmul.rs` documents (whatever the tiling or the
+/// threads); `x` rows on 64-byte boundaries (an aligned buffer, rows a multiple of 16 long) save
+/// it a copy.
 pub fn matmul_t(x: &[f32], w: &[f32], y: &mut [f32], rows: usize, n_in: usize, n_out: usize) {
     assert_eq!(x.len(), rows * n_in, "matmul_t: x is not [rows, n_in]");
     assert_eq!(w.len(), n_out * n_in, "matmul_t: w is not [n_out, n_in]");
@@ -203,8 +208,8 @@ pub fn matmul_t(x: &[f32], w: &[f32], y: &mut [f32], rows: usize, n_in: usize, n
     }
     #[cfg(target_arch = "x86_64")]
     {
-        if has_avx512() {
-            matmul_t_avx512(x, w, y, rows, n_in, n_out);
+        if super::matmul::has_avx512() {
+            super::matmul::matmul_t_avx512(x, w, y, rows, n_in, n_out);
             return;
         }
     }
@@ -243,128 +248,6 @@ pub fn matmul_t_gemm(x: &[f32], w: &[f32], y: &mut [f32], rows: usize, n_in: usi
             false,
             gemm::Parallelism::Rayon(rayon::current_num_threads()),
         );
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[inline]
-fn has_avx512() -> bool {
-    use std::sync::OnceLock;
-    static HAS: OnceLock<bool> = OnceLock::new();
-    *HAS.get_or_init(|| is_x86_feature_detected!("avx512f"))
-}
-
-/// A raw output pointer shared by tasks that write disjoint elements.
-#[cfg(target_arch = "x86_64")]
-#[derive(Clone, Copy)]
-struct SharedOut(*mut f32);
-// SAFETY: every task writes a disjoint set of output columns (see `matmul_t_avx512`).
-#[cfg(target_arch = "x86_64")]
-unsafe impl Send for SharedOut {}
-#[cfg(target_arch = "x86_64")]
-unsafe impl Sync for SharedOut {}
-
-/// Output columns (weight rows) per task of [`matmul_t_avx512`].
-#[cfg(target_arch = "x86_64")]
-const COLUMNS_PER_TASK: usize = 32;
-/// Register tile of [`matmul_t_avx512`]: rows of x by weight rows, one accumulator each.
-#[cfg(target_arch = "x86_64")]
-const TILE_ROWS: usize = 4;
-#[cfg(target_arch = "x86_64")]
-const TILE_COLUMNS: usize = 4;
-
-/// `matmul_t` as register-blocked AVX-512 dot products; tasks own blocks of output columns
-/// (weight rows), so each weight row is read from memory once per call.
-///
-/// Invariant (the values do not depend on the tiling): every output inside the region of whole
-/// 4-row and 4-column blocks is one 16-lane accumulator per output — lane `l` sums
-/// `x[s][k]·w[o][k]` for `k ≡ l (mod 16)` in increasing `k`, the tail masked — reduced by
-/// `_mm512_reduce_add_ps`; every output outside it (the last `rows % 4` rows, the last
-/// `n_out % 4` columns) is [`dot`].
-#[cfg(target_arch = "x86_64")]
-fn matmul_t_avx512(x: &[f32], w: &[f32], y: &mut [f32], rows: usize, n_in: usize, n_out: usize) {
-    let out = SharedOut(y.as_mut_ptr());
-    let tasks = n_out.div_ceil(COLUMNS_PER_TASK);
-    let block_rows = rows / 4 * 4;
-    let block_columns = n_out / 4 * 4;
-    (0..tasks).into_par_iter().for_each(|task| {
-        let first = task * COLUMNS_PER_TASK;
-        let last = (first + COLUMNS_PER_TASK).min(n_out);
-        let tiled_end = last.min(block_columns);
-        // SAFETY: AVX-512F is present (checked by the caller); every tile reads x and w within
-        // their asserted extents and writes only y[s·n_out + o] for o in first..last.
-        unsafe {
-            let mut o = first;
-            while o + TILE_COLUMNS <= tiled_end {
-                for s in (0..block_rows).step_by(TILE_ROWS) {
-                    tile_avx512::<TILE_ROWS, TILE_COLUMNS>(x, w, out, n_in, n_out, s, o);
-                }
-                o += TILE_COLUMNS;
-            }
-            for o in o..tiled_end {
-                for s in (0..block_rows).step_by(TILE_ROWS) {
-                    tile_avx512::<TILE_ROWS, 1>(x, w, out, n_in, n_out, s, o);
-                }
-            }
-            for o in first..last {
-                let wo = &w[o * n_in..(o + 1) * n_in];
-                let dot_rows = if o < block_columns { block_rows } else { 0 };
-                for s in dot_rows..rows {
-                    *out.0.add(s * n_out + o) = dot(&x[s * n_in..(s + 1) * n_in], wo);
-                }
-            }
-        }
-    });
-}
-
-/// Outputs `y[s0..s0+R][o0..o0+C]`, one 16-lane accumulator each (see [`matmul_t_avx512`]).
-///
-/// # Safety
-/// AVX-512F must be present; rows `s0..s0+R` of x and `o0..o0+C` of w must exist.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-#[allow(clippy::needless_range_loop)]
-unsafe fn tile_avx512<const R: usize, const C: usize>(
-    x: &[f32],
-    w: &[f32],
-    out: SharedOut,
-    n_in: usize,
-    n_out: usize,
-    s0: usize,
-    o0: usize,
-) {
-    use std::arch::x86_64::*;
-    debug_assert!((s0 + R) * n_in <= x.len() && (o0 + C) * n_in <= w.len());
-    let full = n_in / 16 * 16;
-    let tail_mask: __mmask16 = ((1u32 << (n_in % 16)) - 1) as __mmask16;
-    let xr: [*const f32; R] = std::array::from_fn(|i| x.as_ptr().add((s0 + i) * n_in));
-    let wr: [*const f32; C] = std::array::from_fn(|j| w.as_ptr().add((o0 + j) * n_in));
-    let mut acc = [[_mm512_setzero_ps(); C]; R];
-    let mut k = 0;
-    while k < full {
-        let wv: [__m512; C] = std::array::from_fn(|j| _mm512_loadu_ps(wr[j].add(k)));
-        for i in 0..R {
-            let xv = _mm512_loadu_ps(xr[i].add(k));
-            for j in 0..C {
-                acc[i][j] = _mm512_fmadd_ps(xv, wv[j], acc[i][j]);
-            }
-        }
-        k += 16;
-    }
-    if full < n_in {
-        let wv: [__m512; C] =
-            std::array::from_fn(|j| _mm512_maskz_loadu_ps(tail_mask, wr[j].add(full)));
-        for i in 0..R {
-            let xv = _mm512_maskz_loadu_ps(tail_mask, xr[i].add(full));
-            for j in 0..C {
-                acc[i][j] = _mm512_fmadd_ps(xv, wv[j], acc[i][j]);
-            }
-        }
-    }
-    for i in 0..R {
-        for j in 0..C {
-            *out.0.add((s0 + i) * n_out + o0 + j) = _mm512_reduce_add_ps(acc[i][j]);
-        }
     }
 }
 
@@ -572,40 +455,6 @@ mod tests {
             let naive: f64 = a.iter().zip(&b).map(|(x, y)| *x as f64 * *y as f64).sum();
             assert!((dot(&a, &b) as f64 - naive).abs() < 1e-5, "n={n}");
             assert!((dot_portable(&a, &b) as f64 - naive).abs() < 1e-5, "n={n}");
-        }
-    }
-
-    /// Each output's value does not depend on the tiling: whole 4×4 blocks are the 1×1 tile's
-    /// 16-lane sum, the rest `dot` — so a change of tile shape or task width keeps the bits.
-    #[cfg(target_arch = "x86_64")]
-    #[test]
-    fn avx512_tiles_give_every_output_the_one_by_one_tiles_bits() {
-        if !has_avx512() {
-            return;
-        }
-        for (rows, n_in, n_out) in [(64, 896, 1152), (9, 577, 103), (4, 16, 4), (13, 40, 97)] {
-            let x = pseudo_random(rows * n_in, 5);
-            let w = pseudo_random(n_out * n_in, 6);
-            let mut tiled = vec![f32::NAN; rows * n_out];
-            matmul_t_avx512(&x, &w, &mut tiled, rows, n_in, n_out);
-            let mut single = vec![f32::NAN; rows * n_out];
-            let out = SharedOut(single.as_mut_ptr());
-            for s in 0..rows {
-                for o in 0..n_out {
-                    if s < rows / 4 * 4 && o < n_out / 4 * 4 {
-                        // SAFETY: AVX-512F detected above; row s of x and o of w exist.
-                        unsafe { tile_avx512::<1, 1>(&x, &w, out, n_in, n_out, s, o) };
-                    } else {
-                        single[s * n_out + o] =
-                            dot(&x[s * n_in..(s + 1) * n_in], &w[o * n_in..(o + 1) * n_in]);
-                    }
-                }
-            }
-            let differing = (0..rows * n_out).find(|&i| tiled[i].to_bits() != single[i].to_bits());
-            assert_eq!(
-                differing, None,
-                "({rows},{n_in},{n_out}): first differing output"
-            );
         }
     }
 

@@ -11,8 +11,10 @@ mod attend;
 mod cache;
 mod forward;
 pub mod kernels;
+mod matmul;
 mod matvec;
 pub(crate) mod rope;
+mod scratch;
 use anemone_backend::team;
 mod weights;
 
