@@ -166,7 +166,7 @@ unsafe fn scales<const R: usize>(
 /// For `OFF != NO_OFFSET`, the row's offsets (f32 or fp16, whichever is not null) hold
 /// block `b`.
 #[inline]
-#[target_feature(enable = "avx512f,f16c")]
+#[target_feature(enable = "avx512f,avx512bw,f16c")]
 unsafe fn params<const OFF: u8>(p: &Parts, b: usize, s: __m512) -> Params {
     Params {
         s,
@@ -175,8 +175,8 @@ unsafe fn params<const OFF: u8>(p: &Parts, b: usize, s: __m512) -> Params {
         } else if p.offsets16.is_null() {
             _mm512_set1_ps(*p.offsets.add(b))
         } else {
-            // an fp16 offset widened exactly
-            _mm512_set1_ps(half::f16::from_bits(*p.offsets16.add(b)).to_f32())
+            // an fp16 offset widened exactly, broadcast
+            _mm512_cvtph_ps(_mm256_set1_epi16(*p.offsets16.add(b) as i16))
         },
     }
 }
@@ -433,13 +433,12 @@ unsafe fn dot_int4<const R: usize, const SIGNED: bool, const OFF: u8, const WHOL
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
 unsafe fn dot_palettes<const R: usize, const WHOLE: bool>(
     p: &[Parts; R],
-    k: usize,
-    per: usize,
     x: &[f32],
+    per: usize,
 ) -> [f32; R] {
     dot_rows::<__m512, R, WHOLE, 16>(
         p,
-        k,
+        x.len(),
         per,
         x,
         |b| std::array::from_fn(|r| palette(&p[r], b)),
@@ -484,24 +483,14 @@ pub unsafe fn dot<const R: usize>(rows: &[Row; R], x: &[f32], fp16: bool) -> [f3
             tables: Tables::Palettes(_),
             ..
         } => match whole {
-            true => dot_palettes::<R, true>(&p, k, per, x),
-            false => dot_palettes::<R, false>(&p, k, per, x),
+            true => dot_palettes::<R, true>(&p, x, per),
+            false => dot_palettes::<R, false>(&p, x, per),
         },
     }
 }
 
 /// A kernel of `R` rows of one layout: `(parts, x, per) -> dots`.
 type Kernel<const R: usize> = unsafe fn(&[Parts; R], &[f32], usize) -> [f32; R];
-
-/// [`dot_palettes`] as a [`Kernel`].
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
-unsafe fn palettes<const R: usize, const WHOLE: bool>(
-    p: &[Parts; R],
-    x: &[f32],
-    per: usize,
-) -> [f32; R] {
-    dot_palettes::<R, WHOLE>(p, x.len(), per, x)
-}
 
 /// The kernel [`dot`] runs for rows of `row`'s layout, where it is one function of the layout
 /// alone (no fallback decided by the values); else `None`.
@@ -534,8 +523,8 @@ fn kernel<const R: usize>(row: &Row, fp16: bool) -> Option<Kernel<R>> {
             tables: Tables::Palettes(_),
             ..
         } => match whole {
-            true => palettes::<R, true>,
-            false => palettes::<R, false>,
+            true => dot_palettes::<R, true>,
+            false => dot_palettes::<R, false>,
         },
         _ => return None,
     })

@@ -469,6 +469,9 @@ fn dots_with_fp16_offsets_are_the_f32_kernels() {
                             let want = any_dot(&rows(false), xs, false).map(f32::to_bits);
                             let got = any_dot(&rows(true), xs, true).map(f32::to_bits);
                             assert_eq!(got, want, "k={k} per={per} {signed} {offsets}");
+                            // the f32 kernels reading fp16 offsets (a CPU without AVX512-FP16)
+                            let got = any_dot(&rows(true), xs, false).map(f32::to_bits);
+                            assert_eq!(got, want, "f32 k={k} per={per} {signed} {offsets}");
                             let one = |half| [w.row_as(7, nibbles, half)];
                             let want = any_dot(&one(false), xs, false)[0].to_bits();
                             assert_eq!(any_dot(&one(true), xs, true)[0].to_bits(), want);
