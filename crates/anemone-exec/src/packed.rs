@@ -27,7 +27,7 @@ pub(crate) enum WeightData {
         data: TensorData,
         /// The fp16 scales as stored (the package's own bytes).
         scale: TensorData,
-        offset: Option<Vec<f32>>,
+        offset: Option<OffsetValues>,
         offset_promotes: bool,
         blocks: Blocks,
     },
@@ -38,6 +38,42 @@ pub(crate) enum WeightData {
         palette: usize,
         blocks: Blocks,
     },
+}
+
+/// A shift-scale weight's offsets, one a block: as fp16 bit patterns when `data - offset`
+/// rounds to fp16 (the offset is not fp32) and every offset is exactly an fp16 value (an
+/// fp16 or 8-bit or narrower integer offset always is) — half the bytes, and the form the
+/// fused kernels broadcast from memory — else as f32.
+pub(crate) enum OffsetValues {
+    F16(Vec<u16>),
+    F32(Vec<f32>),
+}
+
+impl OffsetValues {
+    fn new(values: Vec<f32>, promotes: bool) -> Self {
+        let exact = |v: &f32| f16::from_f32(*v).to_f32().to_bits() == v.to_bits();
+        if !promotes && values.iter().all(exact) {
+            OffsetValues::F16(values.iter().map(|&v| f16::from_f32(v).to_bits()).collect())
+        } else {
+            OffsetValues::F32(values)
+        }
+    }
+
+    /// Offset `g` as f32 (exactly the stored value).
+    #[inline]
+    fn at(&self, g: usize) -> f32 {
+        match self {
+            OffsetValues::F16(v) => f16::from_bits(v[g]).to_f32(),
+            OffsetValues::F32(v) => v[g],
+        }
+    }
+
+    fn view(&self) -> quant::Offsets<'_> {
+        match self {
+            OffsetValues::F16(v) => quant::Offsets::F16(v),
+            OffsetValues::F32(v) => quant::Offsets::F32(v),
+        }
+    }
 }
 
 /// fp16 values: the package's own bytes (read in place, no copy) or a copy.
@@ -218,7 +254,7 @@ impl HalfWeight {
             data: WeightData::ShiftScale {
                 data: data.clone(),
                 scale: scale.clone(),
-                offset: offset.map(TensorData::to_f32_vec),
+                offset: offset.map(|o| OffsetValues::new(o.to_f32_vec(), o.dtype() == DType::F32)),
                 offset_promotes: offset.is_some_and(|o| o.dtype() == DType::F32),
                 blocks,
             },
@@ -298,7 +334,10 @@ impl HalfWeight {
                     for (cb, (v, b)) in vals.chunks_mut(per).zip(bytes.chunks(per)).enumerate() {
                         let g = row_blocks + cb;
                         match offset {
-                            Some(o) => v.iter_mut().zip(b).for_each(|(v, &b)| *v = value(b) - o[g]),
+                            Some(o) => {
+                                let og = o.at(g);
+                                v.iter_mut().zip(b).for_each(|(v, &b)| *v = value(b) - og)
+                            }
                             None => v
                                 .iter_mut()
                                 .zip(b)
@@ -323,7 +362,7 @@ impl HalfWeight {
                     .for_each(|(v, &c)| *v = c as f32);
                 if let Some(o) = offset {
                     for (cb, chunk) in vals.chunks_mut(blocks.cols_per).enumerate() {
-                        let ob = o[row_blocks + cb];
+                        let ob = o.at(row_blocks + cb);
                         chunk.iter_mut().for_each(|v| *v -= ob);
                     }
                     if !offset_promotes {
@@ -385,7 +424,7 @@ impl HalfWeight {
                 let how = quant::ShiftScale {
                     signed: matches!(data.dtype(), DType::I8 | DType::I4),
                     scales: scale.bytes(),
-                    offsets: offset.as_deref(),
+                    offsets: offset.as_ref().map(OffsetValues::view),
                     round_shift: !offset_promotes,
                 };
                 let per = blocks.cols_per;
@@ -448,7 +487,7 @@ impl HalfWeight {
                     signed: matches!(data.dtype(), DType::I8 | DType::I4),
                     scales: scale.bytes().get(2 * g..2 * (g + nb))?,
                     offsets: match offset {
-                        Some(o) => Some(o.get(g..g + nb)?),
+                        Some(o) => Some(o.view().get(g..g + nb)?),
                         None => None,
                     },
                     round_shift: !offset_promotes,

@@ -38,10 +38,41 @@ pub struct ShiftScale<'a> {
     pub signed: bool,
     /// The fp16 scales of this row's blocks, as stored (little-endian bit patterns).
     pub scales: &'a [u8],
-    /// The offsets of this row's blocks, if any, as f32.
-    pub offsets: Option<&'a [f32]>,
+    /// The offsets of this row's blocks, if any.
+    pub offsets: Option<Offsets<'a>>,
     /// `v - offset` is rounded to fp16 (an fp16 or integer offset; an fp32 one promotes).
     pub round_shift: bool,
+}
+
+/// The offsets of a row's blocks, one a block.
+#[derive(Clone, Copy)]
+pub enum Offsets<'a> {
+    /// As f32 values.
+    F32(&'a [f32]),
+    /// As fp16 bit patterns: each offset is exactly this fp16 value (an fp16 or integer offset
+    /// of 8 bits or fewer always is), so `r16(v - o)` is the fp16 subtraction.
+    F16(&'a [u16]),
+}
+
+impl<'a> Offsets<'a> {
+    /// Offsets in the block range `r`.
+    pub fn get(&self, r: std::ops::Range<usize>) -> Option<Self> {
+        Some(match self {
+            Offsets::F32(o) => Offsets::F32(o.get(r)?),
+            Offsets::F16(o) => Offsets::F16(o.get(r)?),
+        })
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Offsets::F32(o) => o.len(),
+            Offsets::F16(o) => o.len(),
+        }
+    }
+
+    fn is_f16(&self) -> bool {
+        matches!(self, Offsets::F16(_))
+    }
 }
 
 /// The 16-entry table of each block of a 4-bit row.
@@ -83,7 +114,7 @@ impl Row<'_> {
     fn same_layout(&self, other: &Row) -> bool {
         let how = |a: &ShiftScale, b: &ShiftScale| {
             a.signed == b.signed
-                && a.offsets.is_some() == b.offsets.is_some()
+                && a.offsets.map(|o| o.is_f16()) == b.offsets.map(|o| o.is_f16())
                 && a.round_shift == b.round_shift
         };
         self.per() == other.per()
@@ -380,49 +411,38 @@ where
             (TRUSTED || (row.len() == k && row.same_layout(first) && row.slices_ok(blocks)))
                 .then_some(row)
         };
-        let mut groups = chunk.chunks_exact_mut(GROUP);
-        let mut i = start;
-        for out in groups.by_ref() {
-            let rows: [Option<Row>; GROUP] = std::array::from_fn(|r| row(i + r));
-            match rows {
-                // SAFETY: `covers` held for the first row; these share its layout and length
-                // and hold its blocks (`row` checked it, or `TRUSTED` rows of a `Weight` have
-                // it by construction), so it holds for them.
-                [Some(a), Some(b), Some(c), Some(d)] => {
-                    out.copy_from_slice(&unsafe { dot_covered(&[a, b, c, d], x) })
-                }
-                _ => fail(),
-            }
-            i += GROUP;
-        }
-        for d in groups.into_remainder() {
-            match row(i) {
-                // SAFETY: as above.
-                Some(r) => *d = unsafe { dot_covered(&[r], x) }[0],
-                _ => fail(),
-            }
-            i += 1;
+        // SAFETY: `covers` held for the first row; the rows `row` returns share its layout
+        // and length and hold its blocks (`row` checked it, or `TRUSTED` rows of a `Weight`
+        // have it by construction), so it holds for them.
+        if !unsafe { dots_covered(first, row, start, chunk, x) } {
+            fail();
         }
     };
     crate::team::for_each_block(team.as_deref(), blocks, &run_block);
     ok.into_inner()
 }
 
-/// The dots of `rows` with `x` (NaN where no kernel exists: never, as [`covers`] is false there).
+/// `dst[r] = dot(row_of(start + r), x)` (`GROUP` rows a pass); `false` when a row is missing
+/// (or no kernel exists: never, as [`covers`] is false there).
 ///
 /// # Safety
-/// [`covers`] holds for every row; the rows share one layout (`same_layout`) and have
-/// `x.len()` elements.
-unsafe fn dot_covered<const R: usize>(rows: &[Row; R], x: &[f32]) -> [f32; R] {
+/// [`covers`] holds for `first` and every row `row_of` returns, which share `first`'s layout
+/// and have `x.len()` elements.
+unsafe fn dots_covered<'w>(
+    first: &Row,
+    row_of: impl Fn(usize) -> Option<Row<'w>>,
+    start: usize,
+    dst: &mut [f32],
+    x: &[f32],
+) -> bool {
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: `covers` checked the CPU features and each row's shape and slices; the rows
-    // share one layout and hold `x.len()` elements (the caller's contract).
-    // `fp16` only where the CPU has AVX512-FP16.
-    return unsafe { avx512::dot(rows, x, avx512::fp16::available()) };
+    // SAFETY: `covers` checked the CPU features and the rows' shapes and slices (the
+    // caller's contract); `fp16` only where the CPU has AVX512-FP16.
+    return unsafe { avx512::dots(first, row_of, start, dst, x, avx512::fp16::available()) };
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = (rows, x);
-        [f32::NAN; R]
+        let _ = (first, row_of, start, dst, x);
+        false
     }
 }
 

@@ -10,7 +10,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{Row, ShiftScale, Tables};
+use super::{Offsets, Row, ShiftScale, Tables};
 
 /// How a block's offset enters: none, rounded to fp16 after the subtraction, or fp32
 /// (promoting, not rounded).
@@ -24,6 +24,50 @@ pub(super) fn offset_kind(how: &ShiftScale) -> u8 {
         (Some(_), true) => ROUNDED,
         (Some(_), false) => PROMOTES,
     }
+}
+
+/// Passes ahead whose data a pass prefetches (a weight streamed from memory: 2 beat 1 and 4).
+const AHEAD: usize = 2;
+
+/// Prefetches (into L1) the codes [`AHEAD`] passes of `R` rows on that match bytes
+/// `at..at + bytes` of this pass's rows: a pass's rows are consecutive rows of one weight (a
+/// `Weight`'s; the usual case), their codes one run of `R · row_bytes` bytes from `first`,
+/// read at the same pace. Only a hint: where rows are not consecutive, or past the data,
+/// it fetches useless lines (a prefetch never faults; the address is never dereferenced).
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn prefetch_codes<const R: usize>(first: *const u8, row_bytes: usize, at: usize, bytes: usize) {
+    let base = first.wrapping_add(AHEAD * R * row_bytes + R * at);
+    let mut o = 0;
+    while o < R * bytes {
+        // a prefetch does not access memory architecturally and never faults
+        _mm_prefetch::<_MM_HINT_T0>(base.wrapping_add(o) as *const i8);
+        o += 64;
+    }
+}
+
+/// Prefetches the per-block parameters (scales, offsets, palettes) [`AHEAD`] passes of `R`
+/// rows of `blocks` blocks on, assuming (a hint, as [`prefetch_codes`]) consecutive rows of
+/// one weight whose parameters follow each other row by row.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn prefetch_params<const R: usize>(p: &Parts, blocks: usize) {
+    let ahead = |ptr: *const u8, per_block: usize| {
+        if ptr.is_null() {
+            return;
+        }
+        let n = R * blocks * per_block;
+        let base = ptr.wrapping_add(AHEAD * n);
+        let mut o = 0;
+        while o < n {
+            _mm_prefetch::<_MM_HINT_T0>(base.wrapping_add(o) as *const i8);
+            o += 64;
+        }
+    };
+    ahead(p.scales, 2);
+    ahead(p.offsets as *const u8, 4);
+    ahead(p.offsets16 as *const u8, 2);
+    ahead(p.palettes as *const u8, 32);
 }
 
 /// fp16 rounding of 16 values (nearest even, as `f16::from_f32`).
@@ -47,7 +91,10 @@ struct Params {
 struct Parts {
     codes: *const u8,
     scales: *const u8,
+    /// f32 offsets, or null.
     offsets: *const f32,
+    /// fp16 offsets (bit patterns), or null.
+    offsets16: *const u16,
     palettes: *const u16,
 }
 
@@ -56,11 +103,16 @@ fn parts(row: &Row) -> Parts {
         codes: std::ptr::null(),
         scales: std::ptr::null(),
         offsets: std::ptr::null(),
+        offsets16: std::ptr::null(),
         palettes: std::ptr::null(),
     };
     let mut how = |h: &ShiftScale| {
         p.scales = h.scales.as_ptr();
-        p.offsets = h.offsets.map_or(std::ptr::null(), |o| o.as_ptr());
+        match h.offsets {
+            Some(Offsets::F32(o)) => p.offsets = o.as_ptr(),
+            Some(Offsets::F16(o)) => p.offsets16 = o.as_ptr(),
+            None => {}
+        }
     };
     match row {
         Row::Bytes { codes, how: h, .. } => {
@@ -111,16 +163,20 @@ unsafe fn scales<const R: usize>(
 /// Block `b`'s parameters of a row: its widened scale `s` (from [`scales`]), its offset.
 ///
 /// # Safety
-/// For `OFF != NO_OFFSET`, the row's offsets hold block `b`.
+/// For `OFF != NO_OFFSET`, the row's offsets (f32 or fp16, whichever is not null) hold
+/// block `b`.
 #[inline]
-#[target_feature(enable = "avx512f")]
+#[target_feature(enable = "avx512f,avx512bw,f16c")]
 unsafe fn params<const OFF: u8>(p: &Parts, b: usize, s: __m512) -> Params {
     Params {
         s,
         o: if OFF == NO_OFFSET {
             _mm512_setzero_ps()
-        } else {
+        } else if p.offsets16.is_null() {
             _mm512_set1_ps(*p.offsets.add(b))
+        } else {
+            // an fp16 offset widened exactly, broadcast
+            _mm512_cvtph_ps(_mm256_set1_epi16(*p.offsets16.add(b) as i16))
         },
     }
 }
@@ -271,13 +327,15 @@ unsafe fn walk<P: Copy, const WHOLE: bool>(
 }
 
 /// The dots of `R` rows with `x`: `block(b)` forms every row's parameters of block `b`,
-/// `vals(r, p, j)` the 16 values of row `r` at column `j`.
+/// `vals(r, p, j)` the 16 values of row `r` at column `j`. The codes of `parts`
+/// (`BYTES32` bytes per 32 columns) and their parameters are prefetched [`AHEAD`] passes on.
 ///
 /// # Safety
 /// As [`walk`], and `x` holds `k` values.
 #[inline]
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
-unsafe fn dot_rows<P: Copy, const R: usize, const WHOLE: bool>(
+unsafe fn dot_rows<P: Copy, const R: usize, const WHOLE: bool, const BYTES32: usize>(
+    parts: &[Parts; R],
     k: usize,
     per: usize,
     x: &[f32],
@@ -287,7 +345,12 @@ unsafe fn dot_rows<P: Copy, const R: usize, const WHOLE: bool>(
     let mut a01 = [_mm512_setzero_ps(); R];
     let mut a23 = [_mm512_setzero_ps(); R];
     let px = x.as_ptr();
+    let (first, row_bytes) = (parts[0].codes, k / 32 * BYTES32);
+    prefetch_params::<R>(&parts[0], k / per);
     walk::<[P; R], WHOLE>(k, per, block, |j, high, p| {
+        if !high {
+            prefetch_codes::<R>(first, row_bytes, j / 32 * BYTES32, BYTES32);
+        }
         let xv = _mm512_loadu_ps(px.add(j));
         for r in 0..R {
             let w = vals(r, &p[r], j);
@@ -333,7 +396,8 @@ unsafe fn dot_bytes<const R: usize, const SIGNED: bool, const OFF: u8, const WHO
     x: &[f32],
 ) -> [f32; R] {
     let (mut run, blocks) = ([_mm512_setzero_ps(); R], k / per);
-    dot_rows::<Params, R, WHOLE>(
+    dot_rows::<Params, R, WHOLE, 32>(
+        p,
         k,
         per,
         x,
@@ -353,7 +417,8 @@ unsafe fn dot_int4<const R: usize, const SIGNED: bool, const OFF: u8, const WHOL
     x: &[f32],
 ) -> [f32; R] {
     let (mut run, blocks) = ([_mm512_setzero_ps(); R], k / per);
-    dot_rows::<__m512, R, WHOLE>(
+    dot_rows::<__m512, R, WHOLE, 16>(
+        p,
         k,
         per,
         x,
@@ -368,12 +433,12 @@ unsafe fn dot_int4<const R: usize, const SIGNED: bool, const OFF: u8, const WHOL
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
 unsafe fn dot_palettes<const R: usize, const WHOLE: bool>(
     p: &[Parts; R],
-    k: usize,
-    per: usize,
     x: &[f32],
+    per: usize,
 ) -> [f32; R] {
-    dot_rows::<__m512, R, WHOLE>(
-        k,
+    dot_rows::<__m512, R, WHOLE, 16>(
+        p,
+        x.len(),
         per,
         x,
         |b| std::array::from_fn(|r| palette(&p[r], b)),
@@ -405,15 +470,110 @@ pub unsafe fn dot<const R: usize>(rows: &[Row; R], x: &[f32], fp16: bool) -> [f3
         Row::Nibbles {
             tables: Tables::ShiftScale(how),
             ..
-        } => by_layout!(dot_int4, R, how, whole, (&p, k, per, x)),
+        } => {
+            if fp16 && fp16::takes(how) {
+                // SAFETY: as above.
+                if let Some(d) = fp16::dot(rows, &p, x) {
+                    return d;
+                }
+            }
+            by_layout!(dot_int4, R, how, whole, (&p, k, per, x))
+        }
         Row::Nibbles {
             tables: Tables::Palettes(_),
             ..
         } => match whole {
-            true => dot_palettes::<R, true>(&p, k, per, x),
-            false => dot_palettes::<R, false>(&p, k, per, x),
+            true => dot_palettes::<R, true>(&p, x, per),
+            false => dot_palettes::<R, false>(&p, x, per),
         },
     }
+}
+
+/// A kernel of `R` rows of one layout: `(parts, x, per) -> dots`.
+type Kernel<const R: usize> = unsafe fn(&[Parts; R], &[f32], usize) -> [f32; R];
+
+/// The kernel [`dot`] runs for rows of `row`'s layout, where it is one function of the layout
+/// alone (no fallback decided by the values); else `None`.
+fn kernel<const R: usize>(row: &Row, fp16: bool) -> Option<Kernel<R>> {
+    let whole = row.per().is_multiple_of(32);
+    let f16_offsets = |how: &ShiftScale| how.offsets.is_none_or(|o| o.is_f16());
+    Some(match row {
+        Row::Bytes { how, .. } if fp16 && whole && f16_offsets(how) => {
+            match (how.signed, how.offsets.is_some()) {
+                (true, false) => fp16::dot_bytes_at::<R, true, NO_OFFSET>,
+                (true, true) => fp16::dot_bytes_at::<R, true, ROUNDED>,
+                (false, false) => fp16::dot_bytes_at::<R, false, NO_OFFSET>,
+                (false, true) => fp16::dot_bytes_at::<R, false, ROUNDED>,
+            }
+        }
+        Row::Nibbles {
+            tables: Tables::ShiftScale(how),
+            ..
+        } if fp16 && f16_offsets(how) => match (how.signed, how.offsets.is_some(), whole) {
+            (true, false, true) => fp16::dot_int4::<R, true, NO_OFFSET, true>,
+            (true, false, false) => fp16::dot_int4::<R, true, NO_OFFSET, false>,
+            (true, true, true) => fp16::dot_int4::<R, true, ROUNDED, true>,
+            (true, true, false) => fp16::dot_int4::<R, true, ROUNDED, false>,
+            (false, false, true) => fp16::dot_int4::<R, false, NO_OFFSET, true>,
+            (false, false, false) => fp16::dot_int4::<R, false, NO_OFFSET, false>,
+            (false, true, true) => fp16::dot_int4::<R, false, ROUNDED, true>,
+            (false, true, false) => fp16::dot_int4::<R, false, ROUNDED, false>,
+        },
+        Row::Nibbles {
+            tables: Tables::Palettes(_),
+            ..
+        } => match whole {
+            true => dot_palettes::<R, true>,
+            false => dot_palettes::<R, false>,
+        },
+        _ => return None,
+    })
+}
+
+/// `dst[r] = dot(row_of(start + r), x)` for every `r`, four rows a pass (the rest one at a
+/// time), each row's value [`dot`]'s; the kernel chosen once from `first`'s layout. `false`
+/// (and `dst` unspecified) when `row_of` returns `None` for a row.
+///
+/// # Safety
+/// As [`dot`] for `first` and every row `row_of` returns (covered, `first`'s layout, `x.len()`
+/// elements).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
+pub unsafe fn dots<'w>(
+    first: &Row,
+    row_of: impl Fn(usize) -> Option<Row<'w>>,
+    start: usize,
+    dst: &mut [f32],
+    x: &[f32],
+    fp16: bool,
+) -> bool {
+    let per = first.per();
+    let (k4, k1) = (kernel::<4>(first, fp16), kernel::<1>(first, fp16));
+    let mut groups = dst.chunks_exact_mut(4);
+    let mut i = start;
+    for out in groups.by_ref() {
+        let (Some(a), Some(b), Some(c), Some(d)) =
+            (row_of(i), row_of(i + 1), row_of(i + 2), row_of(i + 3))
+        else {
+            return false;
+        };
+        let rows = [a, b, c, d];
+        out.copy_from_slice(&match k4 {
+            Some(k) => k(&rows.each_ref().map(parts), x, per),
+            None => dot(&rows, x, fp16),
+        });
+        i += 4;
+    }
+    for d in groups.into_remainder() {
+        let Some(row) = row_of(i) else {
+            return false;
+        };
+        *d = match k1 {
+            Some(k) => k(&[parts(&row)], x, per)[0],
+            None => dot(&[row], x, fp16)[0],
+        };
+        i += 1;
+    }
+    true
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]

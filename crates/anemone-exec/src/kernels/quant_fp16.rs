@@ -26,8 +26,11 @@
 use std::arch::asm;
 use std::arch::x86_64::*;
 
-use super::super::{Row, ShiftScale};
-use super::{finish, offset_kind, Parts, NO_OFFSET, PROMOTES, ROUNDED};
+use super::super::{Row, ShiftScale, Tables};
+use super::{
+    dot_rows, finish, nibble_indices, offset_kind, prefetch_codes, prefetch_params, Parts,
+    NO_OFFSET, PROMOTES, ROUNDED,
+};
 
 /// Whether this CPU runs these kernels (on top of the f32 kernels' features).
 pub(crate) fn available() -> bool {
@@ -88,6 +91,109 @@ fn dequantize<const OFF: u8>(ints: __m512i, p: Half16) -> __m512i {
     t
 }
 
+/// [`dequantize`] with the block's scale `s` and offset `o` read as fp16 values from memory
+/// and broadcast by the instructions themselves (an embedded broadcast excludes embedded
+/// rounding: these round as MXCSR says, to nearest even — Rust's floating-point environment,
+/// which safe code never changes; AVX512-FP16 ignores MXCSR's DAZ/FTZ). The same bits.
+///
+/// # Safety
+/// `s`, and `o` for `OFF != NO_OFFSET`, point at readable 2-byte fp16 values.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512fp16")]
+unsafe fn dequantize_at<const OFF: u8>(ints: __m512i, s: *const u16, o: *const u16) -> __m512i {
+    let t: __m512i;
+    if OFF == NO_OFFSET {
+        // SAFETY: AVX512-FP16 arithmetic (this function's target features, which its callers
+        // checked) reading 2 bytes at `s` (the caller's contract); `t` is a separate output
+        // register. MXCSR's exception flags may change (masked): no `preserves_flags`.
+        unsafe {
+            asm!(
+                "vcvtw2ph {t}, {i}, {{rn-sae}}",
+                "vmulph {t}, {t}, word ptr [{s}]{{1to32}}",
+                i = in(zmm_reg) ints,
+                s = in(reg) s,
+                t = out(zmm_reg) t,
+                options(pure, readonly, nostack),
+            )
+        };
+    } else {
+        // SAFETY: as above, reading 2 bytes at `o` and at `s`.
+        unsafe {
+            asm!(
+                "vcvtw2ph {t}, {i}, {{rn-sae}}",
+                "vsubph {t}, {t}, word ptr [{o}]{{1to32}}",
+                "vmulph {t}, {t}, word ptr [{s}]{{1to32}}",
+                i = in(zmm_reg) ints,
+                o = in(reg) o,
+                s = in(reg) s,
+                t = out(zmm_reg) t,
+                options(pure, readonly, nostack),
+            )
+        };
+    }
+    t
+}
+
+/// The 16 codes of a 4-bit block as fp16 bit patterns: `0..16` (uint4) or `0..8, -8..0`
+/// (int4, nibble `c` sign-extended).
+const fn codes16(signed: bool) -> [u16; 16] {
+    let mut c = [0u16; 16];
+    let mut i = 0;
+    while i < 16 {
+        let v = if signed && i >= 8 {
+            i as i32 - 16
+        } else {
+            i as i32
+        };
+        c[i] = half::f16::from_f32_const(v as f32).to_bits();
+        i += 1;
+    }
+    c
+}
+const CODES_I4: [u16; 16] = codes16(true);
+const CODES_U4: [u16; 16] = codes16(false);
+
+/// The 16-entry table of a block of an int4 / uint4 row, as f32: `r16(c · s)` or
+/// `r16(r16(c − o) · s)` for its 16 codes `c` in fp16 arithmetic, the scale and offset read
+/// from memory (as `quant_avx512::int4_table` forms them in f32: `c` is an integer of 4 bits,
+/// so the argument for 8-bit data above holds).
+///
+/// # Safety
+/// `s`, and `o` for `OFF != NO_OFFSET`, point at readable 2-byte fp16 values.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512fp16,f16c")]
+unsafe fn int4_table<const SIGNED: bool, const OFF: u8>(s: *const u16, o: *const u16) -> __m512 {
+    let codes = if SIGNED { &CODES_I4 } else { &CODES_U4 };
+    let c = _mm256_loadu_si256(codes.as_ptr() as *const __m256i);
+    let t: __m256i;
+    if OFF == NO_OFFSET {
+        // SAFETY: as in `dequantize_at`.
+        unsafe {
+            asm!(
+                "vmulph {t}, {c}, word ptr [{s}]{{1to16}}",
+                c = in(ymm_reg) c,
+                s = in(reg) s,
+                t = out(ymm_reg) t,
+                options(pure, readonly, nostack),
+            )
+        };
+    } else {
+        // SAFETY: as in `dequantize_at`.
+        unsafe {
+            asm!(
+                "vsubph {t}, {c}, word ptr [{o}]{{1to16}}",
+                "vmulph {t}, {t}, word ptr [{s}]{{1to16}}",
+                c = in(ymm_reg) c,
+                o = in(reg) o,
+                s = in(reg) s,
+                t = out(ymm_reg) t,
+                options(pure, readonly, nostack),
+            )
+        };
+    }
+    _mm512_cvtph_ps(t)
+}
+
 /// The 32 values of the bytes at `c` as f32: columns `j..j+16` and `j+16..j+32`.
 ///
 /// # Safety
@@ -117,10 +223,12 @@ struct Run {
 }
 
 /// Blocks `b..b + 16` (those below `blocks`) of a row, and whether each of their offsets is an
-/// fp16 value (converts to fp16 and back to the same bits; always, without an offset).
+/// fp16 value (converts to fp16 and back to the same bits; always, without an offset or with
+/// fp16 offsets).
 ///
 /// # Safety
-/// The row's scales (and offsets, for `OFF != NO_OFFSET`) hold `blocks` blocks; `b < blocks`.
+/// The row's scales (and offsets, f32 or fp16, for `OFF != NO_OFFSET`) hold `blocks` blocks;
+/// `b < blocks`.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
 unsafe fn run<const OFF: u8>(p: &Parts, b: usize, blocks: usize) -> (Run, bool) {
@@ -133,6 +241,16 @@ unsafe fn run<const OFF: u8>(p: &Parts, b: usize, blocks: usize) -> (Run, bool) 
     if OFF == NO_OFFSET {
         let o = _mm512_setzero_si512();
         return (Run { s, o }, true);
+    }
+    if !p.offsets16.is_null() {
+        let o = _mm256_maskz_loadu_epi16(mask, p.offsets16.add(b) as *const i16);
+        return (
+            Run {
+                s,
+                o: _mm512_castsi256_si512(o),
+            },
+            true,
+        );
     }
     // lanes past the last block load as 0.0 and convert back to it
     let of = _mm512_maskz_loadu_ps(mask, p.offsets.add(b));
@@ -255,11 +373,13 @@ unsafe fn dot_bytes<const R: usize, const SIGNED: bool, const OFF: u8, const WHO
     let zero = _mm512_setzero_si512();
     let mut runs = [Run { s: zero, o: zero }; R];
     let px = x.as_ptr();
+    prefetch_params::<R>(&p[0], blocks);
     walk32::<R, WHOLE>(
         x.len(),
         per,
         |b| block::<R, OFF>(p, blocks, &mut runs, &mut exact, b),
         |j, h| {
+            prefetch_codes::<R>(p[0].codes, x.len(), j, 32);
             let (x0, x1) = (_mm512_loadu_ps(px.add(j)), _mm512_loadu_ps(px.add(j + 16)));
             for r in 0..R {
                 let (w0, w1) = values::<SIGNED, OFF>(p[r].codes.add(j), h[r]);
@@ -269,6 +389,86 @@ unsafe fn dot_bytes<const R: usize, const SIGNED: bool, const OFF: u8, const WHO
         },
     );
     exact.then(|| std::array::from_fn(|r| finish(a01[r], a23[r])))
+}
+
+/// [`dot_bytes`] for blocks of whole runs (`per` a multiple of 32) whose offsets, if any, are
+/// fp16 values in memory: each block's scale and offset broadcast from memory by the
+/// arithmetic itself ([`dequantize_at`]); the same values and sums.
+///
+/// # Safety
+/// As [`dot_bytes`], `per` a multiple of 32, and for `OFF != NO_OFFSET` every row's fp16
+/// offsets (`offsets16`) hold its blocks.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512fp16,avx2,fma,f16c")]
+pub(super) unsafe fn dot_bytes_at<const R: usize, const SIGNED: bool, const OFF: u8>(
+    p: &[Parts; R],
+    x: &[f32],
+    per: usize,
+) -> [f32; R] {
+    let k = x.len();
+    let mut a01 = [_mm512_setzero_ps(); R];
+    let mut a23 = [_mm512_setzero_ps(); R];
+    let px = x.as_ptr();
+    prefetch_params::<R>(&p[0], k / per);
+    let (mut j, mut b) = (0usize, 0usize);
+    while j < k {
+        let s: [*const u16; R] = std::array::from_fn(|r| (p[r].scales as *const u16).add(b));
+        let o: [*const u16; R] = std::array::from_fn(|r| p[r].offsets16.wrapping_add(b));
+        let end = j + per;
+        while j < end {
+            prefetch_codes::<R>(p[0].codes, k, j, 32);
+            let (x0, x1) = (_mm512_loadu_ps(px.add(j)), _mm512_loadu_ps(px.add(j + 16)));
+            for r in 0..R {
+                let raw = _mm256_loadu_si256(p[r].codes.add(j) as *const __m256i);
+                let ints = if SIGNED {
+                    _mm512_cvtepi8_epi16(raw)
+                } else {
+                    _mm512_cvtepu8_epi16(raw)
+                };
+                let h = dequantize_at::<OFF>(ints, s[r], o[r]);
+                let w0 = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
+                let w1 = _mm512_cvtph_ps(_mm512_extracti64x4_epi64::<1>(h));
+                a01[r] = _mm512_fmadd_ps(w0, x0, a01[r]);
+                a23[r] = _mm512_fmadd_ps(w1, x1, a23[r]);
+            }
+            j += 32;
+        }
+        b += 1;
+    }
+    std::array::from_fn(|r| finish(a01[r], a23[r]))
+}
+
+/// The dots of int4 / uint4 rows, their tables formed in fp16 arithmetic ([`int4_table`]),
+/// the rest as `quant_avx512::dot_int4`.
+///
+/// # Safety
+/// As `quant_avx512::dot_int4`, and for `OFF != NO_OFFSET` every row's fp16 offsets hold its
+/// blocks.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx512fp16,avx2,fma,f16c")]
+pub(super) unsafe fn dot_int4<
+    const R: usize,
+    const SIGNED: bool,
+    const OFF: u8,
+    const WHOLE: bool,
+>(
+    p: &[Parts; R],
+    x: &[f32],
+    per: usize,
+) -> [f32; R] {
+    dot_rows::<__m512, R, WHOLE, 16>(
+        p,
+        x.len(),
+        per,
+        x,
+        |b| {
+            std::array::from_fn(|r| {
+                int4_table::<SIGNED, OFF>(
+                    (p[r].scales as *const u16).add(b),
+                    p[r].offsets16.wrapping_add(b),
+                )
+            })
+        },
+        |r, t, j| _mm512_permutexvar_ps(nibble_indices(p[r].codes.add(j / 2)), *t),
+    )
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512fp16,avx2,fma,f16c")]
@@ -310,11 +510,12 @@ macro_rules! by_layout16 {
     }};
 }
 
-/// The dots of 8-bit rows with `x`, or `None` when an offset is not an fp16 value (nothing
-/// else differs: the caller runs the f32 kernel).
+/// The dots of 8-bit rows, or of int4 / uint4 rows with fp16 offsets or none, with `x`;
+/// `None` when an offset is not an fp16 value or the rows are of another kind (nothing else
+/// differs: the caller runs the f32 kernel).
 ///
 /// # Safety
-/// As `quant_avx512::dot`, the rows are `Row::Bytes` with [`takes`] true, the CPU has
+/// As `quant_avx512::dot`, [`takes`] is true of the rows' shift-scale, the CPU has
 /// AVX512-FP16 ([`available`]), and `p` are the rows' parts.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512fp16,avx2,fma,f16c")]
 pub(super) unsafe fn dot<const R: usize>(
@@ -322,11 +523,32 @@ pub(super) unsafe fn dot<const R: usize>(
     p: &[Parts; R],
     x: &[f32],
 ) -> Option<[f32; R]> {
-    let Row::Bytes { how, per, .. } = &rows[0] else {
-        return None;
-    };
-    let whole = per.is_multiple_of(32);
-    by_layout16!(dot_bytes, R, how, whole, (p, x, *per))
+    match &rows[0] {
+        Row::Bytes { how, per, .. } => {
+            let whole = per.is_multiple_of(32);
+            if whole && (how.offsets.is_none() || !p[0].offsets16.is_null()) {
+                // SAFETY: the caller's contract; fp16 offsets where there are offsets (the
+                // rows share the first row's layout: `same_layout`).
+                return Some(match (how.signed, how.offsets.is_some()) {
+                    (true, false) => dot_bytes_at::<R, true, NO_OFFSET>(p, x, *per),
+                    (true, true) => dot_bytes_at::<R, true, ROUNDED>(p, x, *per),
+                    (false, false) => dot_bytes_at::<R, false, NO_OFFSET>(p, x, *per),
+                    (false, true) => dot_bytes_at::<R, false, ROUNDED>(p, x, *per),
+                });
+            }
+            by_layout16!(dot_bytes, R, how, whole, (p, x, *per))
+        }
+        Row::Nibbles {
+            tables: Tables::ShiftScale(how),
+            per,
+            ..
+        } if how.offsets.is_none() || !p[0].offsets16.is_null() => {
+            let whole = per.is_multiple_of(32);
+            // SAFETY: the caller's contract; fp16 offsets where there are offsets.
+            Some(by_layout16!(dot_int4, R, how, whole, (p, x, *per)))
+        }
+        _ => None,
+    }
 }
 
 /// Writes an 8-bit row's values into `out`; `false` when an offset is not an fp16 value

@@ -5,9 +5,10 @@ use std::arch::x86_64::*;
 
 use half::f16;
 
-use super::super::super::{available as f32_available, Row, ShiftScale};
+use super::super::super::{available as f32_available, Offsets, Row, ShiftScale, Tables};
 use super::super::{byte_values, dot as any_dot, expand as any_expand, Params};
 use super::{available, block, values, Half16, Run, NO_OFFSET, ROUNDED};
+use super::{dequantize, dequantize_at, int4_table};
 
 fn runs() -> bool {
     f32_available() && available()
@@ -57,6 +58,7 @@ unsafe fn new<const SIGNED: bool, const OFF: u8>(
         codes: c,
         scales: scales.as_ptr(),
         offsets: offsets.as_ptr(),
+        offsets16: std::ptr::null(),
         palettes: std::ptr::null(),
     };
     let zero = _mm512_setzero_si512();
@@ -172,6 +174,8 @@ struct Weight {
     codes: Vec<u8>,
     scales: Vec<u8>,
     offsets: Option<Vec<f32>>,
+    /// The offsets as fp16 bit patterns, when every one is an fp16 value.
+    offsets16: Option<Vec<u16>>,
     k: usize,
     per: usize,
     signed: bool,
@@ -221,10 +225,19 @@ impl Weight {
                     .collect(),
             ),
         };
+        let offsets16 = offsets.as_ref().and_then(|o: &Vec<f32>| {
+            o.iter()
+                .map(|&v| {
+                    let h = f16::from_f32(v);
+                    (h.to_f32().to_bits() == v.to_bits()).then_some(h.to_bits())
+                })
+                .collect()
+        });
         Weight {
             codes,
             scales,
             offsets,
+            offsets16,
             k,
             per,
             signed,
@@ -232,16 +245,37 @@ impl Weight {
     }
 
     fn row(&self, i: usize) -> Row<'_> {
+        self.row_as(i, false, false)
+    }
+
+    /// Row `i` of 8-bit data, or (`nibbles`) of 4-bit data (the first half of its codes);
+    /// offsets as f32, or (`half`) as fp16 where they all are fp16 values.
+    fn row_as(&self, i: usize, nibbles: bool, half: bool) -> Row<'_> {
         let nb = self.k / self.per;
-        Row::Bytes {
-            codes: &self.codes[i * self.k..(i + 1) * self.k],
-            how: ShiftScale {
-                signed: self.signed,
-                scales: &self.scales[2 * i * nb..2 * (i + 1) * nb],
-                offsets: self.offsets.as_ref().map(|o| &o[i * nb..(i + 1) * nb]),
-                round_shift: true,
+        let blocks = i * nb..(i + 1) * nb;
+        let how = ShiftScale {
+            signed: self.signed,
+            scales: &self.scales[2 * blocks.start..2 * blocks.end],
+            offsets: match (&self.offsets, &self.offsets16) {
+                (Some(_), Some(o)) if half => Some(Offsets::F16(&o[blocks])),
+                (Some(o), _) => Some(Offsets::F32(&o[blocks])),
+                _ => None,
             },
-            per: self.per,
+            round_shift: true,
+        };
+        let codes = &self.codes[i * self.k..(i + 1) * self.k];
+        if nibbles {
+            Row::Nibbles {
+                codes: &codes[..self.k / 2],
+                tables: Tables::ShiftScale(how),
+                per: self.per,
+            }
+        } else {
+            Row::Bytes {
+                codes,
+                how,
+                per: self.per,
+            }
         }
     }
 }
@@ -285,6 +319,163 @@ fn dots_and_expansions_of_real_shapes_are_the_f32_kernels() {
                         any_expand(&one[0], &mut b, true);
                         let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
                         assert_eq!(bits(&b), bits(&a), "expand k={k} per={per}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// [`dequantize_at`] (scale and offset broadcast from memory, MXCSR rounding) against
+/// [`dequantize`] (broadcast registers, `{rn-sae}`): every 8-bit value with every scale, and
+/// with every fp16 offset at the edge scales.
+#[test]
+fn memory_broadcasts_are_the_register_values() {
+    if !runs() {
+        return;
+    }
+    // every int8 and uint8 value as 16-bit integers, 32 a vector
+    let ints: Vec<i16> = (-128..256).collect();
+    let bits = |v: __m512i| {
+        let mut out = [0u16; 32];
+        // SAFETY: 32 lanes of 16 bits into 32 u16.
+        unsafe { _mm512_storeu_si512(out.as_mut_ptr() as *mut __m512i, v) };
+        out
+    };
+    let check = |s: u16, o: u16, off: bool| {
+        for c in ints.chunks_exact(32) {
+            // SAFETY: 32 values at `c`; `s` and `o` are readable; the CPU features checked
+            // above.
+            unsafe {
+                let v = _mm512_loadu_si512(c.as_ptr() as *const __m512i);
+                let p = Half16 {
+                    s: _mm512_set1_epi16(s as i16),
+                    o: _mm512_set1_epi16(o as i16),
+                };
+                let (want, got) = if off {
+                    (
+                        dequantize::<ROUNDED>(v, p),
+                        dequantize_at::<ROUNDED>(v, &s, &o),
+                    )
+                } else {
+                    (
+                        dequantize::<NO_OFFSET>(v, p),
+                        dequantize_at::<NO_OFFSET>(v, &s, std::ptr::null()),
+                    )
+                };
+                assert_eq!(bits(got), bits(want), "s={s:#06x} o={o:#06x} {off}");
+            }
+        }
+    };
+    for s in 0..=u16::MAX {
+        check(s, 0, false);
+    }
+    for o in 0..=u16::MAX {
+        for &s in &edge_scales() {
+            check(s, o, true);
+        }
+    }
+}
+
+/// The int4 / uint4 tables formed in fp16 arithmetic against the f32 kernels' tables: every
+/// scale without an offset, every fp16 offset at the edge scales.
+#[test]
+fn int4_tables_in_fp16_are_the_f32_tables() {
+    if !runs() {
+        return;
+    }
+    let lanes = |v: __m512| {
+        let mut out = [0u32; 16];
+        // SAFETY: 16 lanes into 16 u32.
+        unsafe { _mm512_storeu_ps(out.as_mut_ptr() as *mut f32, v) };
+        out
+    };
+    let check = |s: u16, o: u16, off: bool| {
+        // SAFETY: `s` and `o` are readable; the CPU features checked above.
+        unsafe {
+            let p = Params {
+                s: _mm512_cvtph_ps(_mm256_set1_epi16(s as i16)),
+                o: _mm512_set1_ps(f16::from_bits(o).to_f32()),
+            };
+            use super::super::int4_table as f32_table;
+            let pairs = if off {
+                [
+                    (
+                        f32_table::<true, ROUNDED>(p),
+                        int4_table::<true, ROUNDED>(&s, &o),
+                    ),
+                    (
+                        f32_table::<false, ROUNDED>(p),
+                        int4_table::<false, ROUNDED>(&s, &o),
+                    ),
+                ]
+            } else {
+                [
+                    (
+                        f32_table::<true, NO_OFFSET>(p),
+                        int4_table::<true, NO_OFFSET>(&s, std::ptr::null()),
+                    ),
+                    (
+                        f32_table::<false, NO_OFFSET>(p),
+                        int4_table::<false, NO_OFFSET>(&s, std::ptr::null()),
+                    ),
+                ]
+            };
+            for (want, got) in pairs {
+                assert_eq!(lanes(got), lanes(want), "s={s:#06x} o={o:#06x} {off}");
+            }
+        }
+    };
+    for s in 0..=u16::MAX {
+        check(s, 0, false);
+    }
+    for o in 0..=u16::MAX {
+        for &s in &edge_scales() {
+            check(s, o, true);
+        }
+    }
+}
+
+/// Dots of 8-bit and 4-bit rows with fp16 offsets (the memory-broadcast kernels, with their
+/// prefetches) against the same rows with f32 offsets through the f32 kernels (the path they
+/// replace): four rows a pass and one.
+#[test]
+fn dots_with_fp16_offsets_are_the_f32_kernels() {
+    if !runs() {
+        return;
+    }
+    let mut rng = Rng(0xD1B5_4A32_D192_ED03);
+    for (k, pers) in [
+        (576usize, &[16usize, 32, 64, 576][..]),
+        (1536, &[32, 1536][..]),
+        (896, &[32, 896][..]),
+        (64, &[32][..]),
+    ] {
+        for &per in pers {
+            for signed in [true, false] {
+                for offsets in 0..3u8 {
+                    let w = Weight::new(&mut rng, 12, k, per, signed, offsets);
+                    let x: Vec<f32> = (0..k)
+                        .map(|_| (rng.next() % 2001) as f32 / 1000.0 - 1.0)
+                        .collect();
+                    for nibbles in [false, true] {
+                        let xs = &x[..];
+                        let rows = |half| -> [Row; 4] {
+                            std::array::from_fn(|r| w.row_as(2 * r + 1, nibbles, half))
+                        };
+                        // SAFETY: the rows are covered (shapes above), of one layout and of
+                        // `xs.len()` elements; the CPU features checked above.
+                        unsafe {
+                            let want = any_dot(&rows(false), xs, false).map(f32::to_bits);
+                            let got = any_dot(&rows(true), xs, true).map(f32::to_bits);
+                            assert_eq!(got, want, "k={k} per={per} {signed} {offsets}");
+                            // the f32 kernels reading fp16 offsets (a CPU without AVX512-FP16)
+                            let got = any_dot(&rows(true), xs, false).map(f32::to_bits);
+                            assert_eq!(got, want, "f32 k={k} per={per} {signed} {offsets}");
+                            let one = |half| [w.row_as(7, nibbles, half)];
+                            let want = any_dot(&one(false), xs, false)[0].to_bits();
+                            assert_eq!(any_dot(&one(true), xs, true)[0].to_bits(), want);
+                        }
                     }
                 }
             }
