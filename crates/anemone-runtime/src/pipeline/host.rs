@@ -11,7 +11,6 @@ use anemone_models::bundle::Manifest;
 use anemone_models::families::decoder::tensor_names::{EMBED_TOKENS as EMBED, FINAL_NORM, LM_HEAD};
 #[cfg(doc)]
 use anemone_models::reference::kernels::{dot, dot_f16};
-#[cfg(doc)]
 use anemone_models::reference::{rows_serial, rows_serial_f16};
 use half::f16;
 use memmap2::Mmap;
@@ -111,8 +110,8 @@ impl HostTensor {
     fn dot_rows(&self, first: usize, x: &[f32], out: &mut [f32]) {
         let range = first * x.len()..(first + out.len()) * x.len();
         match self {
-            HostTensor::F32(v) => super::head_rows::rows_f32(&v.as_slice()[range], x, out),
-            HostTensor::F16(v) => super::head_rows::rows_f16(&v.as_slice()[range], x, out),
+            HostTensor::F32(v) => rows_serial(&v.as_slice()[range], x, out),
+            HostTensor::F16(v) => rows_serial_f16(&v.as_slice()[range], x, out),
         }
     }
 

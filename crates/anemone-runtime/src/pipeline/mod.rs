@@ -6,7 +6,6 @@
 //! one sequence and implements [`crate::LogitsModel`], so generation, sampling, chat templates and
 //! teacher forcing run unchanged on a bundle.
 
-mod head_rows;
 mod host;
 mod session;
 
