@@ -4,34 +4,8 @@
 //! writes the last prefill's logits as little-endian f32 (for bit-identity checks).
 
 use anemone_models::reference::{LogitsFor, ReferenceModel, ReferenceOptions};
+use anemone_testkit::cpu_time::process_seconds;
 use std::time::Instant;
-
-/// CPU time of the whole process (Linux; wall time elsewhere): with one thread, what a busy
-/// machine's preemptions do not inflate.
-fn process_seconds() -> f64 {
-    #[cfg(target_os = "linux")]
-    {
-        #[repr(C)]
-        struct Timespec {
-            sec: i64,
-            nsec: i64,
-        }
-        extern "C" {
-            fn clock_gettime(clock: i32, tp: *mut Timespec) -> i32;
-        }
-        const CLOCK_PROCESS_CPUTIME_ID: i32 = 2;
-        let mut t = Timespec { sec: 0, nsec: 0 };
-        // SAFETY: `t` is a valid timespec for the call to fill.
-        unsafe { clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &mut t) };
-        t.sec as f64 + t.nsec as f64 * 1e-9
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        use std::sync::OnceLock;
-        static START: OnceLock<Instant> = OnceLock::new();
-        START.get_or_init(Instant::now).elapsed().as_secs_f64()
-    }
-}
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();

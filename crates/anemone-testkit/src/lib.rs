@@ -5,6 +5,7 @@
 //! Every helper panics with a message that says what to do (fetch the models, install the
 //! validator, bless a golden): these run only inside tests.
 
+pub mod cpu_time;
 pub mod golden;
 pub mod numeric;
 pub mod oracle;

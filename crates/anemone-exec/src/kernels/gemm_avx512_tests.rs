@@ -191,24 +191,6 @@ fn other_shapes_and_layouts_are_left_to_gemm() {
     }
 }
 
-/// This process's CPU time in seconds (not wall time: the machine may be shared).
-#[cfg(target_os = "linux")]
-fn cpu_secs() -> f64 {
-    #[repr(C)]
-    struct Timespec {
-        sec: i64,
-        nsec: i64,
-    }
-    extern "C" {
-        fn clock_gettime(clock: i32, tp: *mut Timespec) -> i32;
-    }
-    const CLOCK_PROCESS_CPUTIME_ID: i32 = 2;
-    let mut t = Timespec { sec: 0, nsec: 0 };
-    // SAFETY: `t` is a valid timespec for the call to fill.
-    unsafe { clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &mut t) };
-    t.sec as f64 + t.nsec as f64 * 1e-9
-}
-
 /// Single-thread CPU time of the projections of a 64-token prefill (SmolLM2, Qwen2.5), `gemm`
 /// against this kernel, weights cycled over a working set beyond the L2 as a forward pass
 /// streams them. A benchmark: `cargo test --release -p anemone-exec --lib prefill_product_speed
@@ -235,13 +217,13 @@ fn prefill_product_speed_on_one_thread() {
         (0..count).for_each(&mut *f);
         let mut best = f64::INFINITY;
         for _ in 0..7 {
-            let t = cpu_secs();
+            let t = anemone_testkit::cpu_time::process_seconds();
             let mut runs = 0;
-            while cpu_secs() - t < 0.1 {
+            while anemone_testkit::cpu_time::process_seconds() - t < 0.1 {
                 (0..count).for_each(&mut *f);
                 runs += count;
             }
-            best = best.min((cpu_secs() - t) / runs as f64);
+            best = best.min((anemone_testkit::cpu_time::process_seconds() - t) / runs as f64);
         }
         best * 1e6
     };
