@@ -24,27 +24,7 @@ fn attention(dtype: DType) -> Function {
     let k = input("k", [1, 1, D, S]);
     let v = input("v", [1, 1, D, S]);
     let mask = input("mask", [1, 1, 1, S]);
-    let mut outs = Vec::new();
-    for (h, &q) in qs.iter().enumerate() {
-        let scores = f
-            .matmul(&format!("h{h}_scores"), q, k, true, false)
-            .unwrap();
-        // one head adds the mask first
-        let masked = if h == 1 {
-            f.add(&format!("h{h}_masked"), mask, scores).unwrap()
-        } else {
-            f.add(&format!("h{h}_masked"), scores, mask).unwrap()
-        };
-        let row_max = f
-            .reduce_max(&format!("h{h}_max"), masked, &[-1], true)
-            .unwrap();
-        let shifted = f.sub(&format!("h{h}_shifted"), masked, row_max).unwrap();
-        let probs = f.softmax(&format!("h{h}_probs"), shifted, -1).unwrap();
-        outs.push(
-            f.matmul(&format!("h{h}_attn"), v, probs, false, true)
-                .unwrap(),
-        );
-    }
+    let outs = attention_heads(&mut f, &qs, k, v, mask);
     let all = f.concat("heads", &outs, 2).unwrap();
     f.output(all).unwrap();
     f.finish().unwrap()

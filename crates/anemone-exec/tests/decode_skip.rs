@@ -29,13 +29,6 @@ fn decode(dtype: DType, widen: bool) -> Function {
     let kv = f
         .state("kv", TensorType::new(DType::F16, [2, 1, D, S]))
         .unwrap();
-    let k_row = f.const_i32("k_row", &[3], &[0, 0, 0]).unwrap();
-    let v_row = f.const_i32("v_row", &[3], &[1, 0, 0]).unwrap();
-    let extent = f.const_i32("extent", &[4], &[1, 1, D as i32, 1]).unwrap();
-    let k_begin = f.concat("k_begin", &[k_row, pos], 0).unwrap();
-    let v_begin = f.concat("v_begin", &[v_row, pos], 0).unwrap();
-    let k_end = f.add("k_end", k_begin, extent).unwrap();
-    let v_end = f.add("v_end", v_begin, extent).unwrap();
     let (k, v) = if dtype == DType::F16 {
         (k, v)
     } else {
@@ -44,9 +37,7 @@ fn decode(dtype: DType, widen: bool) -> Function {
             f.cast("v16", v, DType::F16).unwrap(),
         )
     };
-    let old = f.read_state("old", kv).unwrap();
-    let with_k = f.slice_update("k_upd", old, k, k_begin, k_end).unwrap();
-    let with_v = f.slice_update("v_upd", with_k, v, v_begin, v_end).unwrap();
+    let with_v = kv_update(&mut f, kv, k, v, pos, D);
     let (d, s) = (D as i64, S as i64);
     let mut ks = f
         .slice_by_index("ks", with_v, &[0, 0, 0, 0], &[1, 1, d, s], None)
@@ -58,26 +49,7 @@ fn decode(dtype: DType, widen: bool) -> Function {
         ks = f.cast("ks32", ks, DType::F32).unwrap();
         vs = f.cast("vs32", vs, DType::F32).unwrap();
     }
-    let mut outs = Vec::new();
-    for (h, &q) in qs.iter().enumerate() {
-        let scores = f
-            .matmul(&format!("h{h}_scores"), q, ks, true, false)
-            .unwrap();
-        let masked = if h == 1 {
-            f.add(&format!("h{h}_masked"), mask, scores).unwrap()
-        } else {
-            f.add(&format!("h{h}_masked"), scores, mask).unwrap()
-        };
-        let row_max = f
-            .reduce_max(&format!("h{h}_max"), masked, &[-1], true)
-            .unwrap();
-        let shifted = f.sub(&format!("h{h}_shifted"), masked, row_max).unwrap();
-        let probs = f.softmax(&format!("h{h}_probs"), shifted, -1).unwrap();
-        outs.push(
-            f.matmul(&format!("h{h}_attn"), vs, probs, false, true)
-                .unwrap(),
-        );
-    }
+    let outs = attention_heads(&mut f, &qs, ks, vs, mask);
     let all = f.concat("heads", &outs, 2).unwrap();
     f.write_state("write", kv, with_v).unwrap();
     f.output(all).unwrap();

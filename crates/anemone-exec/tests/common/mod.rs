@@ -99,3 +99,59 @@ pub fn indices(shape: &[usize]) -> Vec<Vec<usize>> {
 pub fn flat(idx: &[usize], shape: &[usize]) -> usize {
     idx.iter().zip(strides(shape)).map(|(i, s)| i * s).sum()
 }
+
+/// The converter's KV write for one token: `kv [2, 1, d, S]` (K row 0, V row 1) read, `k` and
+/// `v` (`[1, 1, d, 1]`, fp16) written at column `pos` by two `slice_update`s; returns the
+/// updated value (the state itself is written back by the caller).
+pub fn kv_update(
+    f: &mut anemone_mil::FunctionBuilder,
+    kv: anemone_mil::Var,
+    k: anemone_mil::Var,
+    v: anemone_mil::Var,
+    pos: anemone_mil::Var,
+    d: usize,
+) -> anemone_mil::Var {
+    let k_row = f.const_i32("k_row", &[3], &[0, 0, 0]).unwrap();
+    let v_row = f.const_i32("v_row", &[3], &[1, 0, 0]).unwrap();
+    let extent = f.const_i32("extent", &[4], &[1, 1, d as i32, 1]).unwrap();
+    let k_begin = f.concat("k_begin", &[k_row, pos], 0).unwrap();
+    let v_begin = f.concat("v_begin", &[v_row, pos], 0).unwrap();
+    let k_end = f.add("k_end", k_begin, extent).unwrap();
+    let v_end = f.add("v_end", v_begin, extent).unwrap();
+    let old = f.read_state("old", kv).unwrap();
+    let with_k = f.slice_update("k_upd", old, k, k_begin, k_end).unwrap();
+    f.slice_update("v_upd", with_k, v, v_begin, v_end).unwrap()
+}
+
+/// One query's attention per head as the converter writes it, `matmul → add mask → reduce_max
+/// → sub → softmax → matmul`, over shared `k`/`v` (`[1, 1, d, S]`); head 1 adds the mask first
+/// (the operand order must not matter).
+pub fn attention_heads(
+    f: &mut anemone_mil::FunctionBuilder,
+    qs: &[anemone_mil::Var],
+    k: anemone_mil::Var,
+    v: anemone_mil::Var,
+    mask: anemone_mil::Var,
+) -> Vec<anemone_mil::Var> {
+    let mut outs = Vec::new();
+    for (h, &q) in qs.iter().enumerate() {
+        let scores = f
+            .matmul(&format!("h{h}_scores"), q, k, true, false)
+            .unwrap();
+        let masked = if h == 1 {
+            f.add(&format!("h{h}_masked"), mask, scores).unwrap()
+        } else {
+            f.add(&format!("h{h}_masked"), scores, mask).unwrap()
+        };
+        let row_max = f
+            .reduce_max(&format!("h{h}_max"), masked, &[-1], true)
+            .unwrap();
+        let shifted = f.sub(&format!("h{h}_shifted"), masked, row_max).unwrap();
+        let probs = f.softmax(&format!("h{h}_probs"), shifted, -1).unwrap();
+        outs.push(
+            f.matmul(&format!("h{h}_attn"), v, probs, false, true)
+                .unwrap(),
+        );
+    }
+    outs
+}
