@@ -9,7 +9,7 @@ use anemone_mil::{BinaryOp, DType, Op, Precision, ReduceOp};
 
 use super::{finish_output, Frame, Slot};
 use crate::kernels::attention::{
-    attend_columns, filled_columns, hidden_key_bound, HeadWindow, Rounding,
+    attend_filled_columns, filled_columns, hidden_key_bound, HeadWindow, Rounding,
 };
 use crate::kernels::Accumulation;
 use crate::package::{Fused, Step};
@@ -132,9 +132,20 @@ pub(super) struct HiddenKey {
     l: usize,
 }
 
-/// The last hidden-column bound computed; the caller clears it whenever any other step runs,
-/// so it is only ever reused by the next head over the very same, unchanged KV window.
-pub(super) type HiddenMemo = Option<(HiddenKey, Option<f32>)>;
+/// Which mask (address, length and `[t, c]`) a filled width was computed for.
+type MaskKey = (usize, usize, usize, usize);
+
+/// The last filled width ([`filled_columns`]) and hidden-column bound computed; the caller
+/// clears it whenever any other step runs, so each is only ever reused by the next head over
+/// the very same, unchanged mask or KV window.
+#[derive(Default)]
+pub(super) struct Held {
+    filled: Option<(MaskKey, Option<usize>)>,
+    bound: Option<(HiddenKey, Option<f32>)>,
+}
+
+/// See [`Held`].
+pub(super) type HiddenMemo = Option<Held>;
 
 /// The pattern's output (rounded as its last op's), or `None` when the window's hidden columns
 /// cannot be skipped exactly; then the caller runs the six steps.
@@ -190,7 +201,17 @@ fn run(fr: &Frame, steps: &[Step], memo: &mut HiddenMemo) -> Result<Option<Tenso
         t,
         c,
     };
-    let Some(l) = filled_columns(&window) else {
+    let held = memo.get_or_insert_with(Held::default);
+    let mask_key = (mask.data.as_ptr() as usize, mask.data.len(), t, c);
+    let l = match held.filled {
+        Some((key, l)) if key == mask_key => l,
+        _ => {
+            let l = filled_columns(&window);
+            held.filled = Some((mask_key, l));
+            l
+        }
+    };
+    let Some(l) = l else {
         return Ok(None);
     };
     // query heads sharing a KV head run back to back: their hidden-column bound is shared
@@ -199,11 +220,11 @@ fn run(fr: &Frame, steps: &[Step], memo: &mut HiddenMemo) -> Result<Option<Tenso
         v: (v.data.as_ptr() as usize, v.data.len()),
         l,
     };
-    let k_max = match memo {
-        Some((held, bound)) if *held == key => *bound,
+    let k_max = match held.bound {
+        Some((held_key, bound)) if held_key == key => bound,
         _ => {
             let bound = hidden_key_bound(&window, l);
-            *memo = Some((key, bound));
+            held.bound = Some((key, bound));
             bound
         }
     };
@@ -211,7 +232,7 @@ fn run(fr: &Frame, steps: &[Step], memo: &mut HiddenMemo) -> Result<Option<Tenso
         return Ok(None);
     };
     Ok(
-        attend_columns(&window, l, k_max, rounding)?.map(|data| Tensor {
+        attend_filled_columns(&window, l, k_max, rounding)?.map(|data| Tensor {
             dtype: out_ty.dtype,
             shape: out_ty.shape.clone(),
             data,

@@ -132,10 +132,22 @@ pub fn attend_columns(
     k_max: f32,
     round: Rounding,
 ) -> Result<Option<Vec<f32>>, String> {
-    let HeadWindow { d, dv, t, c, .. } = *w;
     if filled_columns(w) != Some(l) {
         return Ok(None);
     }
+    attend_filled_columns(w, l, k_max, round)
+}
+
+/// [`attend_columns`] without its check that `l` is `filled_columns(w)`: the caller must have
+/// computed `l` so, on this very mask (the interpreter reuses it across the heads that share
+/// the mask, which it scans once).
+pub(crate) fn attend_filled_columns(
+    w: &HeadWindow,
+    l: usize,
+    k_max: f32,
+    round: Rounding,
+) -> Result<Option<Vec<f32>>, String> {
+    let HeadWindow { d, dv, t, c, .. } = *w;
 
     // scores [t × l] = qᵀ · k[:, :l]
     let mut s = vec![0.0f32; t * l];

@@ -236,17 +236,13 @@ fn int(v: f64) -> f32 {
     }
 }
 
-#[inline]
-fn silu(v: f32) -> f32 {
-    v / (1.0 + (-v).exp())
-}
-
 /// A unary activation applied in place.
 pub fn unary(kind: UnaryOp, data: &mut [f32]) {
     match kind {
         UnaryOp::Sqrt => data.iter_mut().for_each(|v| *v = v.sqrt()),
         UnaryOp::Exp => data.iter_mut().for_each(|v| *v = v.exp()),
-        UnaryOp::Silu => data.iter_mut().for_each(|v| *v = silu(*v)),
+        // the same bits as `v / (1.0 + (-v).exp())` per value
+        UnaryOp::Silu => super::exp_table::silu(data),
         UnaryOp::Tanh => data.iter_mut().for_each(|v| *v = v.tanh()),
         UnaryOp::Square => data.iter_mut().for_each(|v| *v = *v * *v),
         UnaryOp::Abs => data.iter_mut().for_each(|v| *v = v.abs()),

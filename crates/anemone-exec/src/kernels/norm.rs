@@ -49,11 +49,9 @@ pub fn softmax(data: &mut [f32], shape: &[usize], axis: usize, acc: Accumulation
         // rows are contiguous: the same operations in the same order, without the gather
         for row in data.chunks_exact_mut(n) {
             let max = row.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
-            let mut sum = 0.0f32;
-            for r in row.iter_mut() {
-                *r = exp_or_zero(*r - max);
-                sum += *r;
-            }
+            // the exponentials first (the same values), then their sum in the same order
+            super::exp_table::exp_shifted(row, max);
+            let sum = row.iter().fold(0.0f32, |s, &r| s + r);
             row.iter_mut().for_each(|r| *r /= sum);
         }
         return;
