@@ -368,19 +368,22 @@ mod tests {
         }
     }
 
+    /// fp16 rounding at every one of the six ops' outputs.
+    const ROUND_EVERY_OP: Rounding = Rounding {
+        scores: true,
+        masked: true,
+        max: true,
+        shifted: true,
+        probs: true,
+        out: true,
+    };
+
     #[test]
     fn one_query_gives_the_six_ops_bit_for_bit() {
         if !scores_match_gemm() {
             return;
         }
-        let all = Rounding {
-            scores: true,
-            masked: true,
-            max: true,
-            shifted: true,
-            probs: true,
-            out: true,
-        };
+        let all = ROUND_EVERY_OP;
         let some = Rounding {
             scores: true,
             probs: true,
@@ -440,14 +443,7 @@ mod tests {
         if !scores_match_gemm() {
             return;
         }
-        let all = Rounding {
-            scores: true,
-            masked: true,
-            max: true,
-            shifted: true,
-            probs: true,
-            out: true,
-        };
+        let all = ROUND_EVERY_OP;
         let mut fell_back = 0;
         // (d, dv, c, filled, visible): visible ≤ filled columns are unmasked
         for (d, dv, c, filled, visible) in [

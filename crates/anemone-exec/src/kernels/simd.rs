@@ -393,6 +393,16 @@ mod tests {
         }
     }
 
+    /// A xorshift64 stream of test values from `seed`.
+    fn xorshift(mut state: u64) -> impl FnMut() -> u64 {
+        move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        }
+    }
+
     /// Fails if a row of the four-row fp16 dot differs from the one-row dot by one bit: every
     /// length to 160 (every tail), long rows, values across fp16's range (subnormals, ±0,
     /// ±inf, large products), each row different.
@@ -402,13 +412,7 @@ mod tests {
             return;
         };
         let dot = dot_f16_kernel();
-        let mut state = 0x2545_F491_4F6C_DD1Du64;
-        let mut next = || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = xorshift(0x2545_F491_4F6C_DD1Du64);
         let lengths = (0..=160).chain([255, 256, 257, 576, 583, 896, 1536, 4864]);
         for (case, n) in lengths.enumerate() {
             let w: Vec<f16> = (0..4 * n)
@@ -444,13 +448,7 @@ mod tests {
             return;
         };
         let dot = dot_f32_kernel();
-        let mut state = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = xorshift(0x9E37_79B9_7F4A_7C15u64);
         let lengths = (0..=160).chain([255, 256, 257, 576, 583, 896, 1536, 4864]);
         for (case, n) in lengths.enumerate() {
             for rs in [n, n + 3] {
