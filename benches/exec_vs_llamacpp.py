@@ -15,6 +15,7 @@ precision; ≥ 1.00× means as fast or faster).
 
 import argparse
 import json
+import math
 import os
 import pathlib
 import subprocess
@@ -135,6 +136,8 @@ def main():
                  "anemone executor, int4 bundle": "llama.cpp Q4_0"}
         weight_bytes = {f"anemone executor, {kind} bundle": bundle_weight_bytes(bundle)
                         for kind, bundle in bundles.items()}
+        kv_bytes = {f"anemone executor, {kind} bundle": bundle_kv_bytes(bundle)
+                    for kind, bundle in bundles.items()}
         for label, (pf, dc, rss) in best.items():
             peer = peers.get(label)
             ratio = ""
@@ -143,20 +146,22 @@ def main():
                 ratio = f"{pf / lp:.2f}× / {dc / ld:.2f}× of {peer.split()[-1]} ({lp:.0f} / {ld:.1f})"
             rows.append({"model": name, "engine": label, "prefill_tok_s": pf, "decode_tok_s": dc,
                          "peak_rss_mib": rss, "weight_mib": weight_bytes.get(label, 0) / 2**20,
+                         "kv_mib": kv_bytes.get(label, 0) / 2**20,
                          "ratio": ratio})
     load_after = os.getloadavg()
     print(f"\n{args.threads} threads, {args.prompt_tokens}-token prompt, {args.new_tokens} tokens "
           f"teacher-forced along llama.cpp F32's greedy path, best of {args.repeats} interleaved "
           f"rounds; load average {load_before[0]:.1f} before, {load_after[0]:.1f} after\n")
-    print("| model | engine | prefill tok/s | decode tok/s | peak RSS MiB (weights MiB) | ratio to llama.cpp at equal precision (prefill / decode) |")
-    print("|---|---|---:|---:|---:|---|")
+    print("| model | engine | prefill tok/s | decode tok/s | peak RSS MiB (weights MiB) | RSS / (weights + KV) | ratio to llama.cpp at equal precision (prefill / decode) |")
+    print("|---|---|---:|---:|---:|---:|---|")
     for r in rows:
-        mem = ""
+        mem, per_byte = "", ""
         if r["peak_rss_mib"] is not None:
             mem = f"{r['peak_rss_mib']:.0f}"
             if r["weight_mib"]:
                 mem += f" ({r['weight_mib']:.0f})"
-        print(f"| {r['model']} | {r['engine']} | {r['prefill_tok_s']:.0f} | {r['decode_tok_s']:.1f} | {mem} | {r['ratio']} |")
+                per_byte = f"{r['peak_rss_mib'] / (r['weight_mib'] + r['kv_mib']):.2f}×"
+        print(f"| {r['model']} | {r['engine']} | {r['prefill_tok_s']:.0f} | {r['decode_tok_s']:.1f} | {mem} | {per_byte} | {r['ratio']} |")
     if args.json:
         print(json.dumps(rows, indent=1))
 
@@ -167,6 +172,18 @@ def bundle_weight_bytes(bundle: pathlib.Path) -> int:
     for f in (bundle / "chunks").rglob("*"):
         if f.is_file() and "weights" in f.parts:
             total += f.stat().st_size
+    return total
+
+
+def bundle_kv_bytes(bundle: pathlib.Path) -> int:
+    """Bytes of a bundle's KV state at its declared dtypes: every state of every chunk's decode
+    function (prefill shares them), as the manifest records it."""
+    manifest = json.loads((bundle / "anemone.json").read_text())
+    size = {"fp16": 2, "fp32": 4}
+    total = 0
+    for chunk in manifest["chunks"]:
+        decode = next(f for f in chunk["functions"] if f["name"] == "decode")
+        total += sum(math.prod(s["shape"]) * size[s["dtype"]] for s in decode["states"])
     return total
 
 
