@@ -43,17 +43,27 @@ pub(crate) enum WeightData {
 /// A shift-scale weight's offsets, one a block: as fp16 bit patterns when `data - offset`
 /// rounds to fp16 (the offset is not fp32) and every offset is exactly an fp16 value (an
 /// fp16 or 8-bit or narrower integer offset always is) — half the bytes, and the form the
-/// fused kernels broadcast from memory — else as f32.
+/// fused kernels broadcast from memory — else as f32. Stored fp16 offsets are read in place
+/// from the package's bytes ([`Halves::of`]), not copied.
 pub(crate) enum OffsetValues {
-    F16(Vec<u16>),
+    F16(Halves),
     F32(Vec<f32>),
 }
 
 impl OffsetValues {
-    fn new(values: Vec<f32>, promotes: bool) -> Self {
+    /// The offsets `o` of a weight whose scale is fp16.
+    fn of(o: &TensorData) -> Self {
+        if o.dtype() == DType::F16 {
+            // fp16 offsets do not promote and are their own fp16 values
+            return OffsetValues::F16(Halves::of(o));
+        }
+        let values = o.to_f32_vec();
+        let promotes = o.dtype() == DType::F32;
         let exact = |v: &f32| f16::from_f32(*v).to_f32().to_bits() == v.to_bits();
         if !promotes && values.iter().all(exact) {
-            OffsetValues::F16(values.iter().map(|&v| f16::from_f32(v).to_bits()).collect())
+            OffsetValues::F16(Halves::Owned(
+                values.iter().map(|&v| f16::from_f32(v)).collect(),
+            ))
         } else {
             OffsetValues::F32(values)
         }
@@ -63,14 +73,14 @@ impl OffsetValues {
     #[inline]
     fn at(&self, g: usize) -> f32 {
         match self {
-            OffsetValues::F16(v) => f16::from_bits(v[g]).to_f32(),
+            OffsetValues::F16(v) => v.as_slice()[g].to_f32(),
             OffsetValues::F32(v) => v[g],
         }
     }
 
     fn view(&self) -> quant::Offsets<'_> {
         match self {
-            OffsetValues::F16(v) => quant::Offsets::F16(v),
+            OffsetValues::F16(v) => quant::Offsets::F16(v.as_bits()),
             OffsetValues::F32(v) => quant::Offsets::F32(v),
         }
     }
@@ -98,6 +108,12 @@ impl Halves {
                 .map(|c| f16::from_le_bytes([c[0], c[1]]))
                 .collect(),
         )
+    }
+
+    /// The values' bit patterns.
+    pub fn as_bits(&self) -> &[u16] {
+        use half::slice::HalfFloatSliceExt;
+        self.as_slice().reinterpret_cast()
     }
 
     pub fn as_slice(&self) -> &[f16] {
@@ -254,7 +270,7 @@ impl HalfWeight {
             data: WeightData::ShiftScale {
                 data: data.clone(),
                 scale: scale.clone(),
-                offset: offset.map(|o| OffsetValues::new(o.to_f32_vec(), o.dtype() == DType::F32)),
+                offset: offset.map(OffsetValues::of),
                 offset_promotes: offset.is_some_and(|o| o.dtype() == DType::F32),
                 blocks,
             },

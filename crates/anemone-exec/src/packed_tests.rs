@@ -241,6 +241,47 @@ fn fp16_weights_are_read_in_place() {
     assert_eq!(back, v);
 }
 
+/// fp16 offsets of a shift-scale weight are the package's own bytes (no copy); integer
+/// offsets become an fp16 copy of the same values.
+#[test]
+fn fp16_offsets_are_read_in_place() {
+    let mut rng = Rng(0x0FF5_E7);
+    let data = ints(&mut rng, DType::I8, vec![8, 64]);
+    let scale = TensorData::f16_from_f32(vec![8, 2], &rng.floats(16, 0.1)).unwrap();
+    let offset = TensorData::f16_from_f32(vec![8, 2], &rng.floats(16, 3.0)).unwrap();
+    let w = HalfWeight::shift_scale(&data, &scale, Some(&offset)).unwrap();
+    let WeightData::ShiftScale {
+        offset: Some(OffsetValues::F16(h)),
+        ..
+    } = &w.data
+    else {
+        panic!("fp16 offsets not kept as fp16")
+    };
+    assert!(matches!(h, Halves::Shared(_)), "copied");
+    assert_eq!(h.as_bits().as_ptr() as *const u8, offset.bytes().as_ptr());
+    let want: Vec<u16> = offset
+        .bytes()
+        .chunks_exact(2)
+        .map(|c| u16::from_le_bytes([c[0], c[1]]))
+        .collect();
+    assert_eq!(h.as_bits(), want.as_slice());
+    let expanded = blockwise_shift_scale(&data, &scale, Some(&offset)).unwrap();
+    assert_same(&w, &expanded, &mut rng);
+
+    let int_offset = ints(&mut rng, DType::I8, vec![8, 2]);
+    let w = HalfWeight::shift_scale(&data, &scale, Some(&int_offset)).unwrap();
+    let WeightData::ShiftScale {
+        offset: Some(OffsetValues::F16(h)),
+        ..
+    } = &w.data
+    else {
+        panic!("int8 offsets not kept as fp16")
+    };
+    let want: Vec<f32> = int_offset.to_f32_vec();
+    let got: Vec<f32> = h.as_slice().iter().map(|v| v.to_f32()).collect();
+    assert_eq!(got, want);
+}
+
 #[test]
 fn a_fused_group_is_each_weights_own_matvec() {
     if !quant::available() {
