@@ -11,7 +11,7 @@ use half::f16;
 use anemone_backend::round_f16_in_place;
 
 use crate::decompress::check_blocks;
-use crate::kernels::{linalg, quant, simd, Accumulation};
+use crate::kernels::{gemm_f16, linalg, quant, simd, Accumulation};
 
 /// A projection weight `[O, I, 1…]` (or `[O, I]`), read as `O` rows of `I` values.
 pub(crate) struct HalfWeight {
@@ -625,25 +625,53 @@ impl HalfWeight {
 
     /// Runs `f` on the weight's values as f32 in a per-thread buffer (wide steps).
     pub fn with_widened<R>(&self, f: impl FnOnce(&[f32]) -> R) -> R {
-        use half::slice::HalfFloatSliceExt;
         match &self.data {
             WeightData::Half(w) => linalg::with_widened(w.as_slice(), f),
             WeightData::ShiftScale { .. } | WeightData::Lut { .. } => {
                 let (rows, k) = self.rows_cols();
                 let fused = self.fused();
                 let fill = |buf: &mut [f32]| {
-                    quant::fill_by_rows(buf, k, |i, out| {
-                        if fused {
-                            if let Some(r) = self.fused_row(i) {
-                                if quant::expand(&r, out) {
-                                    return;
-                                }
-                            }
-                        }
-                        self.with_row(i, |row| row.convert_to_f32_slice(out))
-                    })
+                    quant::fill_by_rows(buf, k, |i, out| self.expand_row(fused, i, out))
                 };
                 quant::with_filled(rows * k, fill, f)
+            }
+        }
+    }
+
+    /// Row `i` of a compressed weight as f32 (exactly the expanded constant's): the fused
+    /// expansion when `fused` ([`Self::fused`]) and it takes the row, else formed as fp16.
+    fn expand_row(&self, fused: bool, i: usize, out: &mut [f32]) {
+        use half::slice::HalfFloatSliceExt;
+        if fused {
+            if let Some(r) = self.fused_row(i) {
+                if quant::expand(&r, out) {
+                    return;
+                }
+            }
+        }
+        self.with_row(i, |row| row.convert_to_f32_slice(out))
+    }
+
+    /// A pointwise convolution ([`gemm_f16::is_pointwise`]) of `x` by this weight, f32
+    /// accumulation, plus `bias`: the values of [`linalg::conv2d`] on the weight expanded to
+    /// f32. fp16 weights are widened a few rows at a time ([`gemm_f16::pointwise_conv_f16`]);
+    /// compressed ones are expanded a panel of rows at a time, never whole when the product
+    /// splits ([`gemm_f16::matmul_rows_by`]).
+    pub fn pointwise_conv(
+        &self,
+        out: &mut [f32],
+        x: &[f32],
+        x_shape: &[usize],
+        bias: Option<&[f32]>,
+    ) -> Result<(), String> {
+        match &self.data {
+            WeightData::Half(w) => {
+                gemm_f16::pointwise_conv_f16(out, x, x_shape, w.as_slice(), &self.shape, bias)
+            }
+            WeightData::ShiftScale { .. } | WeightData::Lut { .. } => {
+                let fused = self.fused();
+                let expand_row = |i: usize, row: &mut [f32]| self.expand_row(fused, i, row);
+                gemm_f16::pointwise_conv_rows_by(out, x, x_shape, &self.shape, bias, &expand_row)
             }
         }
     }

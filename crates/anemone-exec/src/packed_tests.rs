@@ -245,7 +245,7 @@ fn fp16_weights_are_read_in_place() {
 /// offsets become an fp16 copy of the same values.
 #[test]
 fn fp16_offsets_are_read_in_place() {
-    let mut rng = Rng(0x0FF5_E7);
+    let mut rng = Rng(0x000F_F5E7);
     let data = ints(&mut rng, DType::I8, vec![8, 64]);
     let scale = TensorData::f16_from_f32(vec![8, 2], &rng.floats(16, 0.1)).unwrap();
     let offset = TensorData::f16_from_f32(vec![8, 2], &rng.floats(16, 3.0)).unwrap();
@@ -354,4 +354,62 @@ fn a_fused_group_is_each_weights_own_matvec() {
             &x[..40]
         ));
     });
+}
+
+/// A wide pointwise convolution by a compressed weight (expanded a panel of rows at a time)
+/// equals `conv2d` on the whole weight expanded, bit for bit: splittable and unsplittable
+/// shapes, 4-bit (fused or not) and 8-bit data, palettes.
+#[test]
+fn compressed_pointwise_conv_is_the_expanded_conv() {
+    use anemone_mil::ConvParams;
+    let mut rng = Rng(0xC04E_5EED);
+    let p = ConvParams {
+        strides: [1, 1],
+        pad: [0, 0, 0, 0],
+        dilations: [1, 1],
+        groups: 1,
+    };
+    for (o, c, t, dtype) in [
+        (1536, 576, 64, DType::I4),
+        (300, 576, 7, DType::I8),
+        (576, 1536, 64, DType::U4),
+        (128, 896, 64, DType::I4),
+        (193, 96, 3, DType::U8),
+    ] {
+        let data = ints(&mut rng, dtype, vec![o, c, 1, 1]);
+        let scale =
+            TensorData::f16_from_f32(vec![o, c / 32, 1, 1], &rng.floats(o * c / 32, 0.1)).unwrap();
+        let offset =
+            TensorData::f16_from_f32(vec![o, c / 32, 1, 1], &rng.floats(o * c / 32, 3.0)).unwrap();
+        let shift = HalfWeight::shift_scale(&data, &scale, Some(&offset)).unwrap();
+        let idx = ints(&mut rng, DType::U4, vec![o, c, 1, 1]);
+        let lut =
+            TensorData::f16_from_f32(vec![o, 1, 1, 1, 16, 1], &rng.floats(o * 16, 1.0)).unwrap();
+        let palettized = HalfWeight::lut(&idx, &lut).unwrap();
+        for w in [&shift, &palettized] {
+            let x = rng.floats(c * t, 2.0);
+            let bias = rng.floats(o, 1.0);
+            let (shape_x, out_shape) = ([1, c, 1, t], [1, o, 1, t]);
+            let mut want = vec![0.0f32; o * t];
+            w.with_widened(|wf| {
+                linalg::conv2d(
+                    &mut want,
+                    &x,
+                    &shape_x,
+                    wf,
+                    &w.shape,
+                    Some(&bias),
+                    &p,
+                    &out_shape,
+                    Accumulation::F32,
+                )
+            })
+            .unwrap();
+            let mut got = vec![0.0f32; o * t];
+            w.pointwise_conv(&mut got, &x, &shape_x, Some(&bias))
+                .unwrap();
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(&want), "{o}×{c}·{t} {dtype:?}");
+        }
+    }
 }
