@@ -9,7 +9,9 @@
 //! horizontal (`m·n ≤ 256`), matrix-vector (`m` or `n` ≤ 1) or outer-product (`k ≤ 2`) paths;
 //! so the whole product and every panel must have more than 64 rows, `n ≥ 2` and `k ≥ 3`.
 //! Other shapes take the whole weight widened at once ([`super::linalg::with_widened`]).
-//! A panel of 80–256 rows is sized to hold about 256 KiB of f32 weight.
+//! A panel of 80–256 rows is sized to hold about 256 KiB of f32 weight. Compressed weights
+//! ([`matmul_rows_by`]) are expanded the same way, a panel of rows at a time, never whole when
+//! the product splits.
 
 use anemone_mil::ConvParams;
 use half::f16;
