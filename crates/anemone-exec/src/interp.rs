@@ -555,15 +555,12 @@ fn run_step(fr: &mut Frame, step: &Step) -> Result<Vec<Tensor>, String> {
                 )?,
                 (Some(w16), Err(_))
                     if fr.acc == Accumulation::F32
-                        && w16.as_f16().is_some()
                         && gemm_f16::is_pointwise(&xt.shape, &w16.shape, params) =>
                 {
-                    gemm_f16::pointwise_conv_f16(
+                    w16.pointwise_conv(
                         &mut data,
                         &xt.data,
                         &xt.shape,
-                        w16.as_f16().ok_or("fp16 weight expected")?,
-                        &w16.shape,
                         bt.map(|b| b.data.as_slice()),
                     )?
                 }

@@ -11,7 +11,7 @@ use half::f16;
 use anemone_backend::round_f16_in_place;
 
 use crate::decompress::check_blocks;
-use crate::kernels::{linalg, quant, simd, Accumulation};
+use crate::kernels::{gemm_f16, linalg, quant, simd, Accumulation};
 
 /// A projection weight `[O, I, 1…]` (or `[O, I]`), read as `O` rows of `I` values.
 pub(crate) struct HalfWeight {
@@ -43,17 +43,27 @@ pub(crate) enum WeightData {
 /// A shift-scale weight's offsets, one a block: as fp16 bit patterns when `data - offset`
 /// rounds to fp16 (the offset is not fp32) and every offset is exactly an fp16 value (an
 /// fp16 or 8-bit or narrower integer offset always is) — half the bytes, and the form the
-/// fused kernels broadcast from memory — else as f32.
+/// fused kernels broadcast from memory — else as f32. Stored fp16 offsets are read in place
+/// from the package's bytes ([`Halves::of`]), not copied.
 pub(crate) enum OffsetValues {
-    F16(Vec<u16>),
+    F16(Halves),
     F32(Vec<f32>),
 }
 
 impl OffsetValues {
-    fn new(values: Vec<f32>, promotes: bool) -> Self {
+    /// The offsets `o` of a weight whose scale is fp16.
+    fn of(o: &TensorData) -> Self {
+        if o.dtype() == DType::F16 {
+            // fp16 offsets do not promote and are their own fp16 values
+            return OffsetValues::F16(Halves::of(o));
+        }
+        let values = o.to_f32_vec();
+        let promotes = o.dtype() == DType::F32;
         let exact = |v: &f32| f16::from_f32(*v).to_f32().to_bits() == v.to_bits();
         if !promotes && values.iter().all(exact) {
-            OffsetValues::F16(values.iter().map(|&v| f16::from_f32(v).to_bits()).collect())
+            OffsetValues::F16(Halves::Owned(
+                values.iter().map(|&v| f16::from_f32(v)).collect(),
+            ))
         } else {
             OffsetValues::F32(values)
         }
@@ -63,14 +73,14 @@ impl OffsetValues {
     #[inline]
     fn at(&self, g: usize) -> f32 {
         match self {
-            OffsetValues::F16(v) => f16::from_bits(v[g]).to_f32(),
+            OffsetValues::F16(v) => v.as_slice()[g].to_f32(),
             OffsetValues::F32(v) => v[g],
         }
     }
 
     fn view(&self) -> quant::Offsets<'_> {
         match self {
-            OffsetValues::F16(v) => quant::Offsets::F16(v),
+            OffsetValues::F16(v) => quant::Offsets::F16(v.as_bits()),
             OffsetValues::F32(v) => quant::Offsets::F32(v),
         }
     }
@@ -98,6 +108,12 @@ impl Halves {
                 .map(|c| f16::from_le_bytes([c[0], c[1]]))
                 .collect(),
         )
+    }
+
+    /// The values' bit patterns.
+    pub fn as_bits(&self) -> &[u16] {
+        use half::slice::HalfFloatSliceExt;
+        self.as_slice().reinterpret_cast()
     }
 
     pub fn as_slice(&self) -> &[f16] {
@@ -254,7 +270,7 @@ impl HalfWeight {
             data: WeightData::ShiftScale {
                 data: data.clone(),
                 scale: scale.clone(),
-                offset: offset.map(|o| OffsetValues::new(o.to_f32_vec(), o.dtype() == DType::F32)),
+                offset: offset.map(OffsetValues::of),
                 offset_promotes: offset.is_some_and(|o| o.dtype() == DType::F32),
                 blocks,
             },
@@ -609,25 +625,53 @@ impl HalfWeight {
 
     /// Runs `f` on the weight's values as f32 in a per-thread buffer (wide steps).
     pub fn with_widened<R>(&self, f: impl FnOnce(&[f32]) -> R) -> R {
-        use half::slice::HalfFloatSliceExt;
         match &self.data {
             WeightData::Half(w) => linalg::with_widened(w.as_slice(), f),
             WeightData::ShiftScale { .. } | WeightData::Lut { .. } => {
                 let (rows, k) = self.rows_cols();
                 let fused = self.fused();
                 let fill = |buf: &mut [f32]| {
-                    quant::fill_by_rows(buf, k, |i, out| {
-                        if fused {
-                            if let Some(r) = self.fused_row(i) {
-                                if quant::expand(&r, out) {
-                                    return;
-                                }
-                            }
-                        }
-                        self.with_row(i, |row| row.convert_to_f32_slice(out))
-                    })
+                    quant::fill_by_rows(buf, k, |i, out| self.expand_row(fused, i, out))
                 };
                 quant::with_filled(rows * k, fill, f)
+            }
+        }
+    }
+
+    /// Row `i` of a compressed weight as f32 (exactly the expanded constant's): the fused
+    /// expansion when `fused` ([`Self::fused`]) and it takes the row, else formed as fp16.
+    fn expand_row(&self, fused: bool, i: usize, out: &mut [f32]) {
+        use half::slice::HalfFloatSliceExt;
+        if fused {
+            if let Some(r) = self.fused_row(i) {
+                if quant::expand(&r, out) {
+                    return;
+                }
+            }
+        }
+        self.with_row(i, |row| row.convert_to_f32_slice(out))
+    }
+
+    /// A pointwise convolution ([`gemm_f16::is_pointwise`]) of `x` by this weight, f32
+    /// accumulation, plus `bias`: the values of [`linalg::conv2d`] on the weight expanded to
+    /// f32. fp16 weights are widened a few rows at a time ([`gemm_f16::pointwise_conv_f16`]);
+    /// compressed ones are expanded a panel of rows at a time, never whole when the product
+    /// splits ([`gemm_f16::matmul_rows_by`]).
+    pub fn pointwise_conv(
+        &self,
+        out: &mut [f32],
+        x: &[f32],
+        x_shape: &[usize],
+        bias: Option<&[f32]>,
+    ) -> Result<(), String> {
+        match &self.data {
+            WeightData::Half(w) => {
+                gemm_f16::pointwise_conv_f16(out, x, x_shape, w.as_slice(), &self.shape, bias)
+            }
+            WeightData::ShiftScale { .. } | WeightData::Lut { .. } => {
+                let fused = self.fused();
+                let expand_row = |i: usize, row: &mut [f32]| self.expand_row(fused, i, row);
+                gemm_f16::pointwise_conv_rows_by(out, x, x_shape, &self.shape, bias, &expand_row)
             }
         }
     }

@@ -241,6 +241,47 @@ fn fp16_weights_are_read_in_place() {
     assert_eq!(back, v);
 }
 
+/// fp16 offsets of a shift-scale weight are the package's own bytes (no copy); integer
+/// offsets become an fp16 copy of the same values.
+#[test]
+fn fp16_offsets_are_read_in_place() {
+    let mut rng = Rng(0x000F_F5E7);
+    let data = ints(&mut rng, DType::I8, vec![8, 64]);
+    let scale = TensorData::f16_from_f32(vec![8, 2], &rng.floats(16, 0.1)).unwrap();
+    let offset = TensorData::f16_from_f32(vec![8, 2], &rng.floats(16, 3.0)).unwrap();
+    let w = HalfWeight::shift_scale(&data, &scale, Some(&offset)).unwrap();
+    let WeightData::ShiftScale {
+        offset: Some(OffsetValues::F16(h)),
+        ..
+    } = &w.data
+    else {
+        panic!("fp16 offsets not kept as fp16")
+    };
+    assert!(matches!(h, Halves::Shared(_)), "copied");
+    assert_eq!(h.as_bits().as_ptr() as *const u8, offset.bytes().as_ptr());
+    let want: Vec<u16> = offset
+        .bytes()
+        .chunks_exact(2)
+        .map(|c| u16::from_le_bytes([c[0], c[1]]))
+        .collect();
+    assert_eq!(h.as_bits(), want.as_slice());
+    let expanded = blockwise_shift_scale(&data, &scale, Some(&offset)).unwrap();
+    assert_same(&w, &expanded, &mut rng);
+
+    let int_offset = ints(&mut rng, DType::I8, vec![8, 2]);
+    let w = HalfWeight::shift_scale(&data, &scale, Some(&int_offset)).unwrap();
+    let WeightData::ShiftScale {
+        offset: Some(OffsetValues::F16(h)),
+        ..
+    } = &w.data
+    else {
+        panic!("int8 offsets not kept as fp16")
+    };
+    let want: Vec<f32> = int_offset.to_f32_vec();
+    let got: Vec<f32> = h.as_slice().iter().map(|v| v.to_f32()).collect();
+    assert_eq!(got, want);
+}
+
 #[test]
 fn a_fused_group_is_each_weights_own_matvec() {
     if !quant::available() {
@@ -313,4 +354,62 @@ fn a_fused_group_is_each_weights_own_matvec() {
             &x[..40]
         ));
     });
+}
+
+/// A wide pointwise convolution by a compressed weight (expanded a panel of rows at a time)
+/// equals `conv2d` on the whole weight expanded, bit for bit: splittable and unsplittable
+/// shapes, 4-bit (fused or not) and 8-bit data, palettes.
+#[test]
+fn compressed_pointwise_conv_is_the_expanded_conv() {
+    use anemone_mil::ConvParams;
+    let mut rng = Rng(0xC04E_5EED);
+    let p = ConvParams {
+        strides: [1, 1],
+        pad: [0, 0, 0, 0],
+        dilations: [1, 1],
+        groups: 1,
+    };
+    for (o, c, t, dtype) in [
+        (1536, 576, 64, DType::I4),
+        (300, 576, 7, DType::I8),
+        (576, 1536, 64, DType::U4),
+        (128, 896, 64, DType::I4),
+        (193, 96, 3, DType::U8),
+    ] {
+        let data = ints(&mut rng, dtype, vec![o, c, 1, 1]);
+        let scale =
+            TensorData::f16_from_f32(vec![o, c / 32, 1, 1], &rng.floats(o * c / 32, 0.1)).unwrap();
+        let offset =
+            TensorData::f16_from_f32(vec![o, c / 32, 1, 1], &rng.floats(o * c / 32, 3.0)).unwrap();
+        let shift = HalfWeight::shift_scale(&data, &scale, Some(&offset)).unwrap();
+        let idx = ints(&mut rng, DType::U4, vec![o, c, 1, 1]);
+        let lut =
+            TensorData::f16_from_f32(vec![o, 1, 1, 1, 16, 1], &rng.floats(o * 16, 1.0)).unwrap();
+        let palettized = HalfWeight::lut(&idx, &lut).unwrap();
+        for w in [&shift, &palettized] {
+            let x = rng.floats(c * t, 2.0);
+            let bias = rng.floats(o, 1.0);
+            let (shape_x, out_shape) = ([1, c, 1, t], [1, o, 1, t]);
+            let mut want = vec![0.0f32; o * t];
+            w.with_widened(|wf| {
+                linalg::conv2d(
+                    &mut want,
+                    &x,
+                    &shape_x,
+                    wf,
+                    &w.shape,
+                    Some(&bias),
+                    &p,
+                    &out_shape,
+                    Accumulation::F32,
+                )
+            })
+            .unwrap();
+            let mut got = vec![0.0f32; o * t];
+            w.pointwise_conv(&mut got, &x, &shape_x, Some(&bias))
+                .unwrap();
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(&want), "{o}×{c}·{t} {dtype:?}");
+        }
+    }
 }

@@ -9,14 +9,17 @@
 //! horizontal (`m·n ≤ 256`), matrix-vector (`m` or `n` ≤ 1) or outer-product (`k ≤ 2`) paths;
 //! so the whole product and every panel must have more than 64 rows, `n ≥ 2` and `k ≥ 3`.
 //! Other shapes take the whole weight widened at once ([`super::linalg::with_widened`]).
-//! A panel of 80–256 rows is sized to hold about 256 KiB of f32 weight.
+//! A panel of 80–256 rows is sized to hold about 256 KiB of f32 weight. Compressed weights
+//! ([`matmul_rows_by`]) are expanded the same way, a panel of rows at a time, never whole when
+//! the product splits.
 
 use anemone_mil::ConvParams;
 use half::f16;
 use rayon::prelude::*;
 
 use super::gemm_avx512::Lhs;
-use super::linalg::{gemm_product, matmul_into, with_widened, MatRef, PARALLEL_WORK};
+use super::linalg::{gemm_product, matmul_into, matmul_on, with_widened, MatRef, PARALLEL_WORK};
+use super::quant::{fill_by_rows, with_filled};
 
 /// Bytes of widened weight per panel aimed at: a quarter of a 1 MiB L2, leaving room for the
 /// packed operands.
@@ -127,6 +130,54 @@ pub(crate) fn matmul_f16_lhs_gemm(
     }
 }
 
+/// `dst [m × n] = W [m × k] · b` for a weight held compressed, whose row `i` `expand_row(i,
+/// out)` writes as f32: the values of `matmul_into` on the whole weight expanded. Only a panel
+/// of rows ([`panel_rows`]) is expanded at a time, into a per-thread buffer, and multiplied by
+/// one single-threaded [`matmul_on`] call (the panels spread over the thread pool): `gemm` and
+/// [`super::gemm_avx512`] sum every element in blocks of a length that depends only on k for
+/// such panels and the whole (module docs), so a panel's outputs are the whole product's rows.
+/// Unsplittable shapes expand the whole weight (rows over the pool), as before.
+pub fn matmul_rows_by(
+    dst: &mut [f32],
+    m: usize,
+    k: usize,
+    b: MatRef,
+    expand_row: &(dyn Fn(usize, &mut [f32]) + Sync),
+) -> Result<(), String> {
+    let n = b.cols;
+    if b.rows != k || dst.len() != m * n {
+        return Err(format!(
+            "compressed product: {m}×{k} weight, operand {}×{}, {} outputs",
+            b.rows,
+            b.cols,
+            dst.len()
+        ));
+    }
+    let Some(rows) = panel_rows(m, n, k) else {
+        let fill = |buf: &mut [f32]| fill_by_rows(buf, k, expand_row);
+        return with_filled(m * k, fill, |wf| {
+            matmul_into(dst, MatRef::row_major(wf, m, k), b, false)
+        });
+    };
+    let panel = |(i, d): (usize, &mut [f32])| -> Result<(), String> {
+        let r0 = i * rows;
+        let r = d.len() / n;
+        let fill = |buf: &mut [f32]| {
+            for (j, out) in buf.chunks_mut(k).enumerate() {
+                expand_row(r0 + j, out);
+            }
+        };
+        with_filled(r * k, fill, |wf| {
+            matmul_on(d, MatRef::row_major(wf, r, k), b, false, false)
+        })
+    };
+    if m * n * k >= PARALLEL_WORK {
+        dst.par_chunks_mut(rows * n).enumerate().try_for_each(panel)
+    } else {
+        dst.chunks_mut(rows * n).enumerate().try_for_each(panel)
+    }
+}
+
 /// Whether a convolution of `x_shape` by `w_shape` is one product per batch (1×1 kernel, unit
 /// strides, no padding, one group) that [`pointwise_conv_f16`] runs.
 pub fn is_pointwise(x_shape: &[usize], w_shape: &[usize], p: &ConvParams) -> bool {
@@ -150,6 +201,39 @@ pub fn pointwise_conv_f16(
     w_shape: &[usize],
     bias: Option<&[f32]>,
 ) -> Result<(), String> {
+    let (o, c) = (w_shape[0], w_shape[1]);
+    pointwise_conv_by(out, x, x_shape, w_shape, bias, |dst, xm| {
+        matmul_f16_lhs(dst, w, o, c, xm)
+    })
+}
+
+/// [`pointwise_conv_f16`] for a weight held compressed, whose row `i` `expand_row(i, out)`
+/// writes as f32 ([`matmul_rows_by`]): the values of [`super::linalg::conv2d`] on the whole
+/// weight expanded.
+pub fn pointwise_conv_rows_by(
+    out: &mut [f32],
+    x: &[f32],
+    x_shape: &[usize],
+    w_shape: &[usize],
+    bias: Option<&[f32]>,
+    expand_row: &(dyn Fn(usize, &mut [f32]) + Sync),
+) -> Result<(), String> {
+    let (o, c) = (w_shape[0], w_shape[1]);
+    pointwise_conv_by(out, x, x_shape, w_shape, bias, |dst, xm| {
+        matmul_rows_by(dst, o, c, xm, expand_row)
+    })
+}
+
+/// A pointwise convolution as [`super::linalg::conv2d`] runs it: per batch, `product(out_b
+/// [O × HW], x_b [C × HW])` (the weight times `x_b`), then `bias` added per output channel.
+fn pointwise_conv_by(
+    out: &mut [f32],
+    x: &[f32],
+    x_shape: &[usize],
+    w_shape: &[usize],
+    bias: Option<&[f32]>,
+    product: impl Fn(&mut [f32], MatRef) -> Result<(), String>,
+) -> Result<(), String> {
     let (n, c, hw) = (x_shape[0], x_shape[1], x_shape[2] * x_shape[3]);
     let o = w_shape[0];
     if out.len() != n * o * hw || x.len() != n * c * hw {
@@ -160,7 +244,7 @@ pub fn pointwise_conv_f16(
     }
     for b in 0..n {
         let xm = MatRef::row_major(&x[b * c * hw..(b + 1) * c * hw], c, hw);
-        matmul_f16_lhs(&mut out[b * o * hw..(b + 1) * o * hw], w, o, c, xm)?;
+        product(&mut out[b * o * hw..(b + 1) * o * hw], xm)?;
     }
     if let Some(bias) = bias {
         for (i, chunk) in out.chunks_mut(hw.max(1)).enumerate() {
@@ -205,7 +289,8 @@ mod tests {
         }
     }
 
-    /// Panels give the whole-weight product bit for bit, on awkward shapes.
+    /// Panels (fp16 widened, or rows expanded a panel at a time) give the whole-weight
+    /// product bit for bit, on awkward shapes.
     #[test]
     fn panels_equal_the_whole_product() {
         // (o, c, t): splits with short last panels, k across gemm's 512 block, unsplittable ones
@@ -251,6 +336,20 @@ mod tests {
             pointwise_conv_f16(&mut got, &x, &shape_x, &w16, &shape_w, Some(&bias)).unwrap();
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&got), bits(&want), "{o}×{c}·{t}");
+            // rows expanded a panel at a time (here: copied from the f32 weight)
+            let expand_row =
+                |i: usize, row: &mut [f32]| row.copy_from_slice(&wf[i * c..(i + 1) * c]);
+            let mut by_rows = vec![0.0f32; o * t];
+            pointwise_conv_rows_by(
+                &mut by_rows,
+                &x,
+                &shape_x,
+                &shape_w,
+                Some(&bias),
+                &expand_row,
+            )
+            .unwrap();
+            assert_eq!(bits(&by_rows), bits(&want), "rows {o}×{c}·{t}");
         }
     }
 }
