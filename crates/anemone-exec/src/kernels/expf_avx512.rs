@@ -94,8 +94,8 @@ pub fn agrees_with(reference: impl Fn(f32) -> f32) -> bool {
 }
 
 /// The self-check's arguments: every edge branch's bound and its neighbours, zeros,
-/// infinities, NaNs, subnormals, a grid over [−110, 95] (step 1/20), and 2,048 random bit
-/// patterns. 6,000-odd values.
+/// infinities, NaNs, subnormals, an argument that tells the FMA build from the plain one, a
+/// grid over [−110, 95] (step 1/20), and 2,048 random bit patterns. 6,000-odd values.
 pub fn sample() -> Vec<f32> {
     let mut v: Vec<f32> = Vec::with_capacity(6300);
     for b in [
@@ -123,6 +123,10 @@ pub fn sample() -> Vec<f32> {
         f32::from_bits(0x8000_0001),
         f32::EPSILON,
         -f32::EPSILON,
+        // one of the two arguments (of all 2³²) whose result changes if `r` is computed from
+        // a rounded `x·32/ln 2` (found by exhaustive search; fusing or not at the other sites
+        // changes no result): a libm built without that contraction fails the check
+        f32::from_bits(0x4202422f),
     ]);
     v.extend((0..=4100).map(|i| -110.0 + i as f32 / 20.0));
     let mut s = 0x9e37_79b9_7f4a_7c15u64;
@@ -303,6 +307,30 @@ mod tests {
         } else {
             x.exp()
         }));
+        // a glibc built without the contraction of `r` (its main path in scalar f64, `r` from
+        // the rounded product); the same with the contraction passes
+        let plain = |x: f32, fuse_r: bool| {
+            if x.is_nan() || x.abs() >= 88.0 {
+                return x.exp(); // the edge branches: not what this case is about
+            }
+            let inv = f64::from_bits(INV_LN2_N);
+            let shift = f64::from_bits(SHIFT);
+            let xd = f64::from(x);
+            let kd = inv.mul_add(xd, shift);
+            let ki = kd.to_bits();
+            let kd = kd - shift;
+            let r = if fuse_r {
+                inv.mul_add(xd, -kd)
+            } else {
+                inv * xd - kd
+            };
+            let s = f64::from_bits(TABLE[(ki % 32) as usize].wrapping_add(ki << 47));
+            let z = r.mul_add(f64::from_bits(C0), f64::from_bits(C1));
+            let y = r.mul_add(f64::from_bits(C2), 1.0);
+            (z.mul_add(r * r, y) * s) as f32
+        };
+        assert!(agrees_with(|x| plain(x, true)));
+        assert!(!agrees_with(|x| plain(x, false)));
         // and one that flushes subnormal results
         assert!(!agrees_with(|x| {
             let e = x.exp();
