@@ -5,6 +5,7 @@ pub mod attend_one;
 pub mod attention;
 pub mod elementwise;
 pub mod exp_table;
+pub mod expf_avx512;
 pub mod fp16acc;
 pub mod gemm_avx512;
 pub mod gemm_f16;
