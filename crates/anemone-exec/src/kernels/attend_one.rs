@@ -19,14 +19,22 @@ use std::sync::OnceLock;
 use anemone_backend::round_f16_in_place;
 
 use super::attention::{HeadWindow, Rounding};
+use super::kv_elem::KvElem;
 use super::linalg::{matmul_into, MatRef};
 use super::norm::softmax;
 use super::{simd, Accumulation};
 
 /// `out[j] = Σ_i q[i]·k[i·c + j]` summed as `gemm`'s single-row product sums it (module docs):
 /// `k[0][j]·q[0]`, then `fma(k[i][j], q[i], ·)` for `i = 1..d`.
-pub fn scores_row(q: &[f32], k: &[f32], c: usize, out: &mut [f32]) {
-    scores_cols(q, k, c, &mut out[..c]);
+/// K may be held as fp16 (widened exactly, in blocks: the same bits).
+pub fn scores_row<E: KvElem>(q: &[f32], k: &[E], c: usize, out: &mut [f32]) {
+    match E::as_f32(k) {
+        Some(k) => scores_cols(q, k, c, &mut out[..c]),
+        None => {
+            let mut wide = vec![0.0f32; q.len() * WIDEN_COLS];
+            scores_widened(q, k, c, &mut out[..c], &mut wide);
+        }
+    }
 }
 
 /// [`scores_row`] of the first `out.len()` columns of rows `c` apart (each column's value is
@@ -120,6 +128,28 @@ pub fn scores_match_gemm() -> bool {
     })
 }
 
+/// Columns of K widened at a time when K is not held as f32 (a block of `d × WIDEN_COLS`
+/// values stays in the first-level cache).
+const WIDEN_COLS: usize = 64;
+
+/// [`scores_cols`] of `out.len()` columns of a K window held in another element type, in
+/// blocks of columns widened into `wide` (at least `d × WIDEN_COLS` long): each column's chain
+/// of fused multiply-adds is its own, so computing it over a widened copy of its column gives
+/// the same bits.
+fn scores_widened<E: KvElem>(q: &[f32], k: &[E], c: usize, out: &mut [f32], wide: &mut [f32]) {
+    let d = q.len();
+    for (b, block) in out.chunks_mut(WIDEN_COLS).enumerate() {
+        let (j0, bw) = (b * WIDEN_COLS, block.len());
+        for i in 0..d {
+            E::widen(
+                &k[i * c + j0..i * c + j0 + bw],
+                &mut wide[i * bw..(i + 1) * bw],
+            );
+        }
+        scores_cols(q, &wide[..d * bw], bw, block);
+    }
+}
+
 fn round_if(on: bool, data: &mut [f32]) {
     if on {
         round_f16_in_place(data);
@@ -177,8 +207,8 @@ pub struct Skip {
 ///   sum that starts at +0 is never −0.
 ///
 /// Answers whether columns were skipped.
-pub fn attend_one(
-    w: &HeadWindow,
+pub fn attend_one<E: KvElem>(
+    w: &HeadWindow<E>,
     round: Rounding,
     scores_first: bool,
     skip: Option<Skip>,
@@ -219,19 +249,27 @@ pub fn attend_one(
 
 /// The head over its first `skip.cols` columns (all `c` without `skip`); `false` (and `out`
 /// unspecified) when the skipped columns cannot be shown to change nothing.
-fn attend_cols(
-    w: &HeadWindow,
+fn attend_cols<E: KvElem>(
+    w: &HeadWindow<E>,
     round: Rounding,
     scores_first: bool,
     skip: Option<Skip>,
     scratch: &mut Vec<f32>,
     out: &mut [f32],
 ) -> bool {
-    let HeadWindow { dv, c, .. } = *w;
+    let HeadWindow { d, dv, c, .. } = *w;
     let n = skip.map_or(c, |s| s.cols);
-    scratch.resize(n, 0.0);
-    let s = &mut scratch[..n];
-    scores_cols(w.q, w.k, c, s);
+    // the row, then (K/V not held as f32) room for widened blocks of K and rows of V
+    let room = match E::as_f32(w.k) {
+        Some(_) => 0,
+        None => (d * WIDEN_COLS).max(4 * n),
+    };
+    scratch.resize(n + room, 0.0);
+    let (s, wide) = scratch.split_at_mut(n);
+    match E::as_f32(w.k) {
+        Some(k) => scores_cols(w.q, k, c, s),
+        None => scores_widened(w.q, w.k, c, s, wide),
+    }
     round_if(round.scores, s);
     let mask = &w.mask[..n];
     if scores_first {
@@ -268,12 +306,29 @@ fn attend_cols(
     let mut done = 0;
     if let (Some(dot4), true) = (simd::dot_f32x4_kernel(), n > 0) {
         for (q, o) in out.chunks_exact_mut(4).enumerate() {
-            o.copy_from_slice(&dot4(&w.v[4 * q * c..4 * q * c + 3 * c + n], c, s));
+            let rows = &w.v[4 * q * c..4 * q * c + 3 * c + n];
+            match E::as_f32(rows) {
+                Some(rows) => o.copy_from_slice(&dot4(rows, c, s)),
+                None => {
+                    // the four rows' first `n` columns, `n` apart: each row's dot is the same
+                    // whatever the rows' stride
+                    for r in 0..4 {
+                        E::widen(&rows[r * c..r * c + n], &mut wide[r * n..(r + 1) * n]);
+                    }
+                    o.copy_from_slice(&dot4(&wide[..4 * n], n, s));
+                }
+            }
         }
         done = dv / 4 * 4;
     }
     for (o, row) in out.iter_mut().zip(w.v.chunks_exact(c.max(1))).skip(done) {
-        *o = dot(&row[..n], s);
+        *o = match E::as_f32(&row[..n]) {
+            Some(row) => dot(row, s),
+            None => {
+                E::widen(&row[..n], &mut wide[..n]);
+                dot(&wide[..n], s)
+            }
+        };
     }
     if c == 0 {
         out.fill(0.0);

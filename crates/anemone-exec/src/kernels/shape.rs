@@ -64,10 +64,10 @@ pub fn slice_by_index(
 }
 
 /// Writes `update` into `x` at `begin` (the caller checked that the window fits).
-pub fn slice_update(
-    x: &mut [f32],
+pub fn slice_update<T: Copy>(
+    x: &mut [T],
     x_shape: &[usize],
-    update: &[f32],
+    update: &[T],
     update_shape: &[usize],
     begin: &[usize],
 ) {
