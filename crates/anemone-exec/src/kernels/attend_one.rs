@@ -584,6 +584,95 @@ mod tests {
         }
     }
 
+    /// Fails if reading K/V held as fp16 changes one bit against the same values held as f32:
+    /// head dims and windows with every lane and block tail (past [`WIDEN_COLS`] and below
+    /// it), a row count that is not a multiple of four, the zero-bound skip taken and refused,
+    /// every rounding; and `scores_row` over fp16 K.
+    #[test]
+    fn fp16_kv_gives_the_f32_kv_results_bit_for_bit() {
+        use half::f16;
+        if !scores_match_gemm() {
+            return;
+        }
+        let halves = |v: Vec<f32>| -> Vec<f16> { v.into_iter().map(f16::from_f32).collect() };
+        let wide = |v: &[f16]| -> Vec<f32> { v.iter().map(|x| x.to_f32()).collect() };
+        let mut skipped_some = false;
+        // (d, dv, c, filled)
+        for (d, dv, c, filled) in [
+            (64, 64, 512, 100),
+            (3, 5, 45, 7),
+            (37, 29, 130, 33),
+            (64, 63, 65, 64),
+            (17, 7, 2, 1),
+            (128, 128, 300, 299),
+        ] {
+            let q = values(d, 21, 2.0);
+            let mut k16 = halves(values(d * c, 22, 3.0));
+            let mut v16 = halves(values(dv * c, 23, 1.0));
+            for i in 0..d {
+                for j in filled..c {
+                    k16[i * c + j] = if (i + j) % 3 == 0 { -f16::ZERO } else { f16::ZERO };
+                }
+            }
+            for i in 0..dv {
+                for j in filled..c {
+                    v16[i * c + j] = if (i + j) % 2 == 0 { -f16::ZERO } else { f16::ZERO };
+                }
+            }
+            let (k32, v32) = (wide(&k16), wide(&v16));
+            let mut got = vec![f32::NAN; c];
+            let mut want = vec![f32::NAN; c];
+            scores_row(&q, &k16, c, &mut got);
+            scores_row(&q, &k32, c, &mut want);
+            assert_eq!(bits(&got), bits(&want), "scores {d}×{c}");
+            for hidden in [-1e4f32, -50.0] {
+                let mask: Vec<f32> = (0..c)
+                    .map(|j| if j < filled { 0.0 } else { hidden })
+                    .collect();
+                let w32 = HeadWindow {
+                    q: &q,
+                    k: &k32[..],
+                    v: &v32[..],
+                    mask: &mask,
+                    d,
+                    dv,
+                    t: 1,
+                    c,
+                };
+                let w16 = HeadWindow {
+                    q: &q,
+                    k: &k16[..],
+                    v: &v16[..],
+                    mask: &mask,
+                    d,
+                    dv,
+                    t: 1,
+                    c,
+                };
+                let skip = live_columns(c, filled).map(|cols| Skip {
+                    cols,
+                    hidden_mask_max: hidden_mask_max(&mask[cols..]).unwrap(),
+                });
+                for r in [Rounding::default(), ROUND_EVERY_OP] {
+                    for scores_first in [true, false] {
+                        let case = format!("{d}×{dv}×{c} filled {filled} mask {hidden} {r:?}");
+                        let (mut a, mut b) = (vec![f32::NAN; dv], vec![f32::NAN; dv]);
+                        let mut scratch = Vec::new();
+                        let s16 = attend_one(&w16, r, scores_first, skip, &mut scratch, &mut a)
+                            .unwrap();
+                        let s32 = attend_one(&w32, r, scores_first, skip, &mut scratch, &mut b)
+                            .unwrap();
+                        assert_eq!(bits(&a), bits(&b), "{case}");
+                        assert_eq!(s16, s32, "{case}: skip taken differently");
+                        assert_eq!(bits(&a), bits(&unfused(&w32, r, scores_first)), "{case}");
+                        skipped_some |= s16;
+                    }
+                }
+            }
+        }
+        assert!(skipped_some, "the skip must be exercised on fp16 K/V");
+    }
+
     #[test]
     fn scores_are_the_fused_chain_not_the_plain_sum() {
         // values where fused and unfused sums differ: the probe is not vacuous
