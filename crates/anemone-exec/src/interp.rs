@@ -775,10 +775,15 @@ fn run_step(fr: &mut Frame, step: &Step) -> Result<Vec<Tensor>, String> {
             x, begin, stride, ..
         } => {
             let ty = out_ty.ok_or("slice_by_index declares no output")?;
-            let t = fr.get(*x)?;
-            one(shape::slice_by_index(
-                &t.data, &t.shape, begin, stride, &ty.shape,
-            ))
+            // a slice of a whole state held as fp16 widens only the slice
+            let (data, shape) = fr.kv_operand(*x)?;
+            one(match data {
+                KvSlice::F32(d) => shape::slice_by_index(d, shape, begin, stride, &ty.shape),
+                KvSlice::F16(d) => {
+                    let h = shape::slice_by_index(d, shape, begin, stride, &ty.shape);
+                    h.iter().map(|x| x.to_f32()).collect()
+                }
+            })
         }
         Op::Concat { values, axis } => {
             let ty = out_ty.ok_or("concat declares no output")?;

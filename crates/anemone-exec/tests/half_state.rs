@@ -104,7 +104,10 @@ fn step_inputs(dtype: DType, t: usize, pos: usize) -> std::collections::HashMap<
 /// A state holding `kv` zeros as f32 (a plain `State`, as a caller builds one).
 fn f32_held() -> State {
     let mut state = State::default();
-    state.insert("kv", Tensor::f16(vec![2, 1, D, S], vec![0.0; 2 * D * S]).unwrap());
+    state.insert(
+        "kv",
+        Tensor::f16(vec![2, 1, D, S], vec![0.0; 2 * D * S]).unwrap(),
+    );
     state
 }
 
@@ -180,7 +183,10 @@ fn an_fp32_program_keeps_its_state_values_unrounded() {
     for pos in 0..4 {
         let ins = step_inputs(DType::F32, 1, pos);
         let a = fp32.package.predict("decode", &ins, &mut own).unwrap();
-        let b = fp32.package.predict("decode", &ins, &mut made_half).unwrap();
+        let b = fp32
+            .package
+            .predict("decode", &ins, &mut made_half)
+            .unwrap();
         assert_eq!(bits(&a["heads"]), bits(&b["heads"]), "at {pos}");
         assert_eq!(made_half.holds_f32("kv"), Some(true));
         assert!(own == made_half, "at {pos}");

@@ -611,12 +611,20 @@ mod tests {
             let mut v16 = halves(values(dv * c, 23, 1.0));
             for i in 0..d {
                 for j in filled..c {
-                    k16[i * c + j] = if (i + j) % 3 == 0 { -f16::ZERO } else { f16::ZERO };
+                    k16[i * c + j] = if (i + j) % 3 == 0 {
+                        -f16::ZERO
+                    } else {
+                        f16::ZERO
+                    };
                 }
             }
             for i in 0..dv {
                 for j in filled..c {
-                    v16[i * c + j] = if (i + j) % 2 == 0 { -f16::ZERO } else { f16::ZERO };
+                    v16[i * c + j] = if (i + j) % 2 == 0 {
+                        -f16::ZERO
+                    } else {
+                        f16::ZERO
+                    };
                 }
             }
             let (k32, v32) = (wide(&k16), wide(&v16));
@@ -658,10 +666,10 @@ mod tests {
                         let case = format!("{d}×{dv}×{c} filled {filled} mask {hidden} {r:?}");
                         let (mut a, mut b) = (vec![f32::NAN; dv], vec![f32::NAN; dv]);
                         let mut scratch = Vec::new();
-                        let s16 = attend_one(&w16, r, scores_first, skip, &mut scratch, &mut a)
-                            .unwrap();
-                        let s32 = attend_one(&w32, r, scores_first, skip, &mut scratch, &mut b)
-                            .unwrap();
+                        let s16 =
+                            attend_one(&w16, r, scores_first, skip, &mut scratch, &mut a).unwrap();
+                        let s32 =
+                            attend_one(&w32, r, scores_first, skip, &mut scratch, &mut b).unwrap();
                         assert_eq!(bits(&a), bits(&b), "{case}");
                         assert_eq!(s16, s32, "{case}: skip taken differently");
                         assert_eq!(bits(&a), bits(&unfused(&w32, r, scores_first)), "{case}");
