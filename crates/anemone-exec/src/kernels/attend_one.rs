@@ -137,6 +137,17 @@ const WIDEN_COLS: usize = 64;
 /// of fused multiply-adds is its own, so computing it over a widened copy of its column gives
 /// the same bits.
 fn scores_widened<E: KvElem>(q: &[f32], k: &[E], c: usize, out: &mut [f32], wide: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(k16) = E::as_f16(k) {
+        if is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("f16c")
+            && is_x86_feature_detected!("fma")
+        {
+            // SAFETY: the features the function is compiled for were detected at run time.
+            unsafe { scores_f16_avx512(q, k16, c, out) };
+            return;
+        }
+    }
     let d = q.len();
     for (b, block) in out.chunks_mut(WIDEN_COLS).enumerate() {
         let (j0, bw) = (b * WIDEN_COLS, block.len());
@@ -147,6 +158,66 @@ fn scores_widened<E: KvElem>(q: &[f32], k: &[E], c: usize, out: &mut [f32], wide
             );
         }
         scores_cols(q, &wide[..d * bw], bw, block);
+    }
+}
+
+/// [`scores_row_generic`] of fp16 K read in place: each column's chain (`k[0][j]·q[0]`, then
+/// one fused multiply-add per channel in order) in 16-lane registers, four a pass, the K values
+/// widened exactly as they are loaded; the last `n % 16` columns one by one.
+///
+/// # Safety
+/// The CPU has AVX-512F, F16C and FMA; `k` holds `q.len()` rows `c` apart of at least
+/// `out.len()` values.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+unsafe fn scores_f16_avx512(q: &[f32], k: &[half::f16], c: usize, out: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let (n, d) = (out.len(), q.len());
+    if d == 0 {
+        out.fill(0.0);
+        return;
+    }
+    assert!(k.len() >= (d - 1) * c + n, "scores_f16: K window too short");
+    let pk = k.as_ptr() as *const u8;
+    // SAFETY (every load below): row `i < d`, columns `j..j + 16 <= n`, inside `k` (asserted)
+    let load = |i: usize, j: usize| {
+        _mm512_cvtph_ps(_mm256_loadu_si256(pk.add(2 * (i * c + j)) as *const __m256i))
+    };
+    let po = out.as_mut_ptr();
+    let mut j = 0;
+    while j + 64 <= n {
+        let q0 = _mm512_set1_ps(q[0]);
+        let mut a = [
+            _mm512_mul_ps(load(0, j), q0),
+            _mm512_mul_ps(load(0, j + 16), q0),
+            _mm512_mul_ps(load(0, j + 32), q0),
+            _mm512_mul_ps(load(0, j + 48), q0),
+        ];
+        for (i, &qi) in q.iter().enumerate().skip(1) {
+            let qv = _mm512_set1_ps(qi);
+            for (r, acc) in a.iter_mut().enumerate() {
+                *acc = _mm512_fmadd_ps(load(i, j + 16 * r), qv, *acc);
+            }
+        }
+        for (r, acc) in a.iter().enumerate() {
+            // SAFETY: columns `j + 16 r..+16` are below `n`
+            _mm512_storeu_ps(po.add(j + 16 * r), *acc);
+        }
+        j += 64;
+    }
+    while j + 16 <= n {
+        let mut acc = _mm512_mul_ps(load(0, j), _mm512_set1_ps(q[0]));
+        for (i, &qi) in q.iter().enumerate().skip(1) {
+            acc = _mm512_fmadd_ps(load(i, j), _mm512_set1_ps(qi), acc);
+        }
+        // SAFETY: columns `j..j + 16` are below `n`
+        _mm512_storeu_ps(po.add(j), acc);
+        j += 16;
+    }
+    for (jj, o) in out.iter_mut().enumerate().skip(j) {
+        *o = (1..d).fold(k[jj].to_f32() * q[0], |acc, i| {
+            k[i * c + jj].to_f32().mul_add(q[i], acc)
+        });
     }
 }
 
@@ -303,13 +374,16 @@ fn attend_cols<E: KvElem>(
     round_if(round.probs, s);
     // four rows of `v` a pass where the CPU has it (each row's value is `dot`'s)
     let dot = simd::dot_f32_kernel();
+    let dot4_f16 = simd::dot_f16x4_at_kernel();
     let mut done = 0;
     if let (Some(dot4), true) = (simd::dot_f32x4_kernel(), n > 0) {
         for (q, o) in out.chunks_exact_mut(4).enumerate() {
             let rows = &w.v[4 * q * c..4 * q * c + 3 * c + n];
-            match E::as_f32(rows) {
-                Some(rows) => o.copy_from_slice(&dot4(rows, c, s)),
-                None => {
+            match (E::as_f32(rows), E::as_f16(rows), dot4_f16) {
+                (Some(rows), _, _) => o.copy_from_slice(&dot4(rows, c, s)),
+                // fp16 rows read in place (the same sums as over their widened values)
+                (None, Some(rows), Some(dot4_f16)) => o.copy_from_slice(&dot4_f16(rows, c, s)),
+                _ => {
                     // the four rows' first `n` columns, `n` apart: each row's dot is the same
                     // whatever the rows' stride
                     for r in 0..4 {

@@ -9,6 +9,9 @@ pub trait KvElem: Copy + Send + Sync + 'static {
     /// The window as f32 values, when it already is (no widening needed).
     fn as_f32(values: &[Self]) -> Option<&[f32]>;
 
+    /// The window as fp16 values, when it is (read by the fp16 kernels).
+    fn as_f16(values: &[Self]) -> Option<&[f16]>;
+
     /// `dst[i] = src[i]` as f32 (exact); the slices have the same length.
     fn widen(src: &[Self], dst: &mut [f32]);
 }
@@ -16,6 +19,10 @@ pub trait KvElem: Copy + Send + Sync + 'static {
 impl KvElem for f32 {
     fn as_f32(values: &[f32]) -> Option<&[f32]> {
         Some(values)
+    }
+
+    fn as_f16(_: &[f32]) -> Option<&[f16]> {
+        None
     }
 
     fn widen(src: &[f32], dst: &mut [f32]) {
@@ -26,6 +33,10 @@ impl KvElem for f32 {
 impl KvElem for f16 {
     fn as_f32(_: &[f16]) -> Option<&[f32]> {
         None
+    }
+
+    fn as_f16(values: &[f16]) -> Option<&[f16]> {
+        Some(values)
     }
 
     fn widen(src: &[f16], dst: &mut [f32]) {
