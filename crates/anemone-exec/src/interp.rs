@@ -17,6 +17,7 @@ use crate::state::StateTensor;
 
 pub(crate) mod attend;
 mod decode_attend;
+mod operands;
 mod projections;
 mod window;
 
@@ -78,63 +79,6 @@ impl<'a> Frame<'a, '_> {
         }
     }
 
-    /// The value's tensor when it is held as one (not a whole state held as fp16).
-    fn tensor(&self, v: Var) -> Result<&Tensor, String> {
-        match self.get(v)? {
-            Cow::Borrowed(t) => Ok(t),
-            Cow::Owned(_) => Err(format!("`{}` is a state held as fp16", self.name(v))),
-        }
-    }
-
-    fn held_state(&self, name: &str) -> Result<&StateTensor, String> {
-        self.state
-            .held(name)
-            .ok_or_else(|| format!("state `{name}` is missing"))
-    }
-
-    /// The operand's values in the element type they are held in, and its shape: a state
-    /// window or chain value read in place (fp16 when the state is held so), any other value
-    /// as f32.
-    fn kv_operand(&self, v: Var) -> Result<(KvSlice<'_>, &[usize]), String> {
-        match self.slots.get(v.index()) {
-            Some(&Slot::Window {
-                state,
-                offset,
-                shape,
-            }) => {
-                let held = self.held_state(state)?;
-                let n: usize = shape.iter().product();
-                let data = held.values().get(offset..offset + n).ok_or_else(|| {
-                    format!("window {offset}+{n} outside state `{state}` of {held}")
-                })?;
-                Ok((data, shape))
-            }
-            Some(Slot::Alias(name)) => {
-                let held = self.held_state(name)?;
-                Ok((held.values(), held.shape()))
-            }
-            Some(Slot::Borrowed(t)) => Ok((KvSlice::F32(&t.data), &t.shape)),
-            Some(Slot::Owned(t)) => Ok((KvSlice::F32(&t.data), &t.shape)),
-            _ => Err(self
-                .get(v)
-                .err()
-                .unwrap_or_else(|| format!("`{}` has no values here", self.name(v)))),
-        }
-    }
-
-    /// The operand's values as f32 (a state window included: widened when the state is held
-    /// as fp16, a copy of the window only) and its shape.
-    fn operand(&self, v: Var) -> Result<Values<'_>, String> {
-        let (data, shape) = self.kv_operand(v)?;
-        Ok(Values {
-            data: match data {
-                KvSlice::F32(d) => Cow::Borrowed(d),
-                other => Cow::Owned(other.to_f32(&mut Vec::new()).to_vec()),
-            },
-            shape,
-        })
-    }
-
     /// For a window of a state whose rows run along the state's last axis (rows of the same
     /// length at a row-aligned offset): the column from which on the window holds ±0 only
     /// ([`State::zero_from`]).
@@ -175,21 +119,6 @@ impl<'a> Frame<'a, '_> {
         match self.slots.get(v.index()) {
             Some(Slot::State(name)) => Ok(name),
             _ => Err(format!("`{}` is not a state input", self.name(v))),
-        }
-    }
-}
-
-/// An operand's f32 values (borrowed, or widened from a state held as fp16) and shape.
-struct Values<'t> {
-    data: Cow<'t, [f32]>,
-    shape: &'t [usize],
-}
-
-impl Values<'_> {
-    fn op(&self) -> Operand<'_> {
-        Operand {
-            data: &self.data,
-            shape: self.shape,
         }
     }
 }
