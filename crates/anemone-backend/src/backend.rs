@@ -65,6 +65,12 @@ pub trait Backend: Send + Sync + 'static {
     ) -> Result<Self::State, Self::Error>;
     /// Sets every value of `state` back to zero (a new sequence).
     fn reset_state(&self, state: &mut Self::State);
+    /// Bytes one element of a state declared `dtype` takes in this engine's states (memory
+    /// budgets); an engine that does not say is counted at f32's four (the larger count).
+    fn state_element_bytes(&self, dtype: DType) -> usize {
+        let _ = dtype;
+        std::mem::size_of::<f32>()
+    }
     /// Runs `function`, reading and writing `state`; returns its outputs by name.
     fn predict(
         &self,

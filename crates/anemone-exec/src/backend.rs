@@ -125,6 +125,15 @@ impl Backend for ExecutorBackend {
         state.reset()
     }
 
+    /// An fp16 program holds its fp16 states as fp16 ([`State`]); everything else is f32.
+    fn state_element_bytes(&self, dtype: DType) -> usize {
+        if dtype == DType::F16 && self.precision == Precision::Fp16 {
+            2
+        } else {
+            4
+        }
+    }
+
     fn predict(
         &self,
         package: &Self::Package,

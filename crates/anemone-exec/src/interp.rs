@@ -1,6 +1,7 @@
 //! Running a prepared function: input/state checks, one exhaustive match over the op enum,
 //! fp16 rounding of op outputs, buffer reuse for values used for the last time.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use anemone_backend::{round_f16_in_place, Tensor, MAX_EXACT_INT};
@@ -9,11 +10,14 @@ use anemone_mil::{DType, Op, Precision, Var};
 use crate::decompress::{blockwise_shift_scale, const_tensor, lut_to_dense};
 use crate::error::{ExecError, Result};
 use crate::kernels::elementwise::Operand;
+use crate::kernels::kv_elem::KvSlice;
 use crate::kernels::{elementwise, fp16acc, gemm_f16, linalg, norm, shape, Accumulation};
 use crate::package::{Fused, LoadedPackage, PreparedFunction, State, Step};
+use crate::state::StateTensor;
 
 pub(crate) mod attend;
 mod decode_attend;
+mod operands;
 mod projections;
 mod window;
 
@@ -51,14 +55,16 @@ impl<'a> Frame<'a, '_> {
             .map_or("?", String::as_str)
     }
 
-    fn get(&self, v: Var) -> Result<&Tensor, String> {
+    /// The value's tensor: borrowed, except a whole state held as fp16 (a chain value read
+    /// by an op other than the fused ones), which is widened (a copy; exact).
+    fn get(&self, v: Var) -> Result<Cow<'_, Tensor>, String> {
         match self.slots.get(v.index()) {
-            Some(Slot::Borrowed(t)) => Ok(t),
-            Some(Slot::Owned(t)) => Ok(t),
-            Some(Slot::Alias(name)) => self
-                .state
-                .get(name)
-                .ok_or_else(|| format!("state `{name}` is missing")),
+            Some(Slot::Borrowed(t)) => Ok(Cow::Borrowed(t)),
+            Some(Slot::Owned(t)) => Ok(Cow::Borrowed(t)),
+            Some(Slot::Alias(name)) => Ok(match self.held_state(name)? {
+                StateTensor::F32(t) => Cow::Borrowed(t),
+                held => Cow::Owned(held.to_tensor()),
+            }),
             Some(Slot::Window { .. }) => Err(format!(
                 "`{}` is a window of a state, read only by matmuls",
                 self.name(v)
@@ -70,32 +76,6 @@ impl<'a> Frame<'a, '_> {
             Some(Slot::Empty) | None => {
                 Err(format!("value `{}` is not available here", self.name(v)))
             }
-        }
-    }
-
-    /// The operand's values and shape (a state window included).
-    fn operand(&self, v: Var) -> Result<Operand<'_>, String> {
-        match self.slots.get(v.index()) {
-            Some(&Slot::Window {
-                state,
-                offset,
-                shape,
-            }) => {
-                let t = self
-                    .state
-                    .get(state)
-                    .ok_or_else(|| format!("state `{state}` is missing"))?;
-                let n: usize = shape.iter().product();
-                let data = t
-                    .data
-                    .get(offset..offset + n)
-                    .ok_or_else(|| format!("window {offset}+{n} outside state `{state}` of {t}"))?;
-                Ok(Operand { data, shape })
-            }
-            _ => self.get(v).map(|t| Operand {
-                data: &t.data,
-                shape: &t.shape,
-            }),
         }
     }
 
@@ -111,7 +91,7 @@ impl<'a> Frame<'a, '_> {
         else {
             return None;
         };
-        let held = self.state.get(state)?.shape.last().copied()?;
+        let held = self.state.held(state)?.shape().last().copied()?;
         let cols = *shape.last()?;
         (cols == held && cols > 0 && offset % cols == 0).then(|| self.state.zero_from(state))
     }
@@ -125,7 +105,7 @@ impl<'a> Frame<'a, '_> {
                 }
             }
         }
-        self.get(v).cloned()
+        self.get(v).map(Cow::into_owned)
     }
 
     /// Makes the step's output the named state itself (a chain running in place).
@@ -198,9 +178,9 @@ impl LoadedPackage {
                 state: port.name.clone(),
                 detail,
             };
-            match state.get(&port.name) {
+            match state.held(&port.name) {
                 None => return Err(bad(format!("absent from the state (declared {})", port.ty))),
-                Some(t) if t.shape != port.ty.shape || t.dtype != port.ty.dtype => {
+                Some(t) if t.shape() != port.ty.shape || t.dtype() != port.ty.dtype => {
                     return Err(bad(format!("holds {t}, declared {}", port.ty)))
                 }
                 Some(_) => slots[v.index()] = Slot::State(&port.name),
@@ -485,23 +465,16 @@ fn run_step(fr: &mut Frame, step: &Step) -> Result<Vec<Tensor>, String> {
         Op::ConstexprLutToDense { indices, lut } => Ok(vec![lut_to_dense(indices, lut)?]),
         Op::ReadState { input } => {
             let name = fr.state_name(*input)?;
-            let t = fr
-                .state
-                .get(name)
-                .ok_or_else(|| format!("state `{name}` is missing"))?;
-            Ok(vec![t.clone()])
+            Ok(vec![fr.held_state(name)?.to_tensor()])
         }
         Op::WriteState { input, data } => {
             let name = fr.state_name(*input)?;
             let mut t = fr.take(*data, step)?;
-            let held = fr
-                .state
-                .get(name)
-                .ok_or_else(|| format!("state `{name}` is missing"))?;
-            if t.shape != held.shape {
+            let held = fr.held_state(name)?;
+            if t.shape != held.shape() {
                 return Err(format!("writes {t} into state `{name}` of {held}"));
             }
-            t.dtype = held.dtype;
+            t.dtype = held.dtype();
             if fr.precision == Precision::Fp16 {
                 round_f16_in_place(&mut t.data);
             }
@@ -532,6 +505,7 @@ fn run_step(fr: &mut Frame, step: &Step) -> Result<Vec<Tensor>, String> {
             let ty = out_ty.ok_or("conv declares no output")?;
             let xt = fr.get(*x)?;
             let bt = bias.map(|b| fr.get(b)).transpose()?;
+            let bt = bt.as_deref();
             let single_token =
                 xt.numel() == xt.shape[1] && params.strides == [1, 1] && params.pad == [0, 0, 0, 0];
             let mut data = vec![0.0f32; ty.numel()];
@@ -589,8 +563,8 @@ fn run_step(fr: &mut Frame, step: &Step) -> Result<Vec<Tensor>, String> {
         } => {
             let ty = out_ty.ok_or("matmul declares no output")?;
             let data = linalg::batched_matmul(
-                fr.operand(*x)?,
-                fr.operand(*y)?,
+                fr.operand(*x)?.op(),
+                fr.operand(*y)?.op(),
                 *transpose_x,
                 *transpose_y,
                 &ty.shape,
@@ -648,6 +622,7 @@ fn run_step(fr: &mut Frame, step: &Step) -> Result<Vec<Tensor>, String> {
             let mut t = fr.take(*x, step)?;
             let g = gamma.map(|g| fr.get(g)).transpose()?;
             let b = beta.map(|b| fr.get(b)).transpose()?;
+            let (g, b) = (g.as_deref(), b.as_deref());
             norm::layer_norm(
                 &mut t.data,
                 &t.shape,
@@ -726,17 +701,26 @@ fn run_step(fr: &mut Frame, step: &Step) -> Result<Vec<Tensor>, String> {
             x, begin, stride, ..
         } => {
             let ty = out_ty.ok_or("slice_by_index declares no output")?;
-            let t = fr.get(*x)?;
-            one(shape::slice_by_index(
-                &t.data, &t.shape, begin, stride, &ty.shape,
-            ))
+            // a slice of a whole state held as fp16 widens only the slice
+            let (data, shape) = fr.kv_operand(*x)?;
+            one(match data {
+                KvSlice::F32(d) => shape::slice_by_index(d, shape, begin, stride, &ty.shape),
+                KvSlice::F16(d) => {
+                    let h = shape::slice_by_index(d, shape, begin, stride, &ty.shape);
+                    h.iter().map(|x| x.to_f32()).collect()
+                }
+            })
         }
         Op::Concat { values, axis } => {
             let ty = out_ty.ok_or("concat declares no output")?;
-            let parts = values
+            let held = values
                 .iter()
-                .map(|v| fr.get(*v).map(|t| (t.data.as_slice(), t.shape.as_slice())))
+                .map(|v| fr.get(*v))
                 .collect::<Result<Vec<_>, String>>()?;
+            let parts: Vec<_> = held
+                .iter()
+                .map(|t| (t.data.as_slice(), t.shape.as_slice()))
+                .collect();
             one(shape::concat(&parts, *axis, &ty.shape))
         }
         Op::Split {

@@ -68,13 +68,15 @@ pub mod kernels;
 mod package;
 mod packed;
 mod plan;
+mod state;
 /// The decode team (in `anemone-backend`, shared with the fp32 reference and the host LM head).
 pub use anemone_backend::team;
 
 pub use error::{ExecError, Result};
 pub use interp::OpOutput;
 pub use kernels::Accumulation;
-pub use package::{LoadedPackage, Port, Signature, State};
+pub use package::{LoadedPackage, Port, Signature};
+pub use state::State;
 // The tensor and precision of the backend contract, re-exported for users of the executor alone.
 pub use anemone_backend::{round_f16, round_f16_in_place, Precision, Tensor, MAX_EXACT_INT};
 pub use backend::{Arithmetic, ExecutorBackend};

@@ -1,17 +1,18 @@
 //! Loading a package: constants decoded once to f32 compute buffers (shared between functions
 //! with identical payloads), non-constant ops scheduled with buffer lifetimes.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anemone_backend::{round_f16_in_place, Tensor};
+use anemone_backend::Tensor;
 use anemone_mil::{DType, Function, Op, Precision, TensorData, TensorType, Var};
 use half::f16;
 
 use crate::decompress::{blockwise_shift_scale, const_tensor, lut_to_dense};
 use crate::error::{ExecError, Result};
 use crate::packed::HalfWeight;
+pub use crate::state::State;
 
 /// One named value of a function signature.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -92,86 +93,6 @@ pub struct LoadedPackage {
     pub(crate) accumulation: crate::kernels::Accumulation,
     pub(crate) functions: Vec<PreparedFunction>,
     pub(crate) default_function: String,
-}
-
-/// The values of a package's states, by state name. States of the same name are shared by
-/// every function of the package (e.g. prefill and decode write the same KV cache).
-#[derive(Clone, Debug, Default)]
-pub struct State {
-    pub(crate) tensors: BTreeMap<String, Tensor>,
-    /// Per state, a last-axis index from which on every element is ±0 (a KV cache's unwritten
-    /// slots), kept by every write ([`State::wrote_window`], [`State::replace`]): a bound, never
-    /// below the truth. A state without an entry is taken as written everywhere.
-    zero_from: BTreeMap<String, usize>,
-}
-
-/// States are equal when their values are (the zero bounds only summarise the values).
-impl PartialEq for State {
-    fn eq(&self, other: &Self) -> bool {
-        self.tensors == other.tensors
-    }
-}
-
-impl State {
-    pub fn get(&self, name: &str) -> Option<&Tensor> {
-        self.tensors.get(name)
-    }
-
-    /// Replaces (or adds) a state's value; fp16 values are rounded to fp16 (states hold what
-    /// the device stores).
-    pub fn insert(&mut self, name: &str, mut value: Tensor) {
-        if value.dtype == anemone_mil::DType::F16 {
-            round_f16_in_place(&mut value.data);
-        }
-        self.replace(name.to_string(), value);
-    }
-
-    /// Stores `value` as the state `name` and finds its zero bound.
-    pub(crate) fn replace(&mut self, name: String, value: Tensor) {
-        self.zero_from.insert(name.clone(), zero_from(&value));
-        self.tensors.insert(name, value);
-    }
-
-    /// Notes a write of the state `name` at last-axis indices below `end` (the bound rises to
-    /// it; the state must exist).
-    pub(crate) fn wrote_window(&mut self, name: &str, end: usize) {
-        if let Some(z) = self.zero_from.get_mut(name) {
-            *z = (*z).max(end);
-        }
-    }
-
-    /// Every element of the state `name` at a last-axis index at or past the answer is ±0
-    /// (the last axis' length when nothing is known).
-    pub(crate) fn zero_from(&self, name: &str) -> usize {
-        let whole = self
-            .tensors
-            .get(name)
-            .and_then(|t| t.shape.last().copied())
-            .unwrap_or(0);
-        self.zero_from.get(name).map_or(whole, |&z| z.min(whole))
-    }
-
-    pub fn names(&self) -> impl Iterator<Item = &str> {
-        self.tensors.keys().map(String::as_str)
-    }
-
-    /// Sets every state value to zero.
-    pub fn reset(&mut self) {
-        self.tensors.values_mut().for_each(|t| t.data.fill(0.0));
-        self.zero_from = self.tensors.keys().map(|k| (k.clone(), 0)).collect();
-    }
-}
-
-/// The smallest last-axis index from which on every element of `t` is ±0.
-fn zero_from(t: &Tensor) -> usize {
-    let Some(&n) = t.shape.last() else {
-        return 0;
-    };
-    t.data
-        .chunks(n.max(1))
-        .map(|row| row.iter().rposition(|&x| x != 0.0).map_or(0, |j| j + 1))
-        .max()
-        .unwrap_or(0)
 }
 
 /// Cache key of a decoded constant: identical payloads decode once per package.
@@ -318,22 +239,16 @@ impl LoadedPackage {
             .collect())
     }
 
-    /// Zero-filled states for every state `function` declares (fp16, their declared shapes).
+    /// Zero-filled states for every state `function` declares (their declared types and
+    /// shapes; an fp16 program holds its fp16 states as fp16, see [`State`]).
     pub fn new_state(&self, function: &str) -> Result<State> {
         let f = self.function(function)?;
-        let tensors: BTreeMap<String, Tensor> = f
+        let ports = f
             .signature
             .states
             .iter()
-            .map(|p| {
-                (
-                    p.name.clone(),
-                    Tensor::zeros(p.ty.dtype, p.ty.shape.clone()),
-                )
-            })
-            .collect();
-        let zero_from = tensors.keys().map(|k| (k.clone(), 0)).collect();
-        Ok(State { tensors, zero_from })
+            .map(|p| (p.name.as_str(), p.ty.dtype, p.ty.shape.as_slice()));
+        Ok(State::zeros(ports, self.precision == Precision::Fp16))
     }
 }
 

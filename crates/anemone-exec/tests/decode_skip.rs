@@ -124,7 +124,7 @@ fn decode_over_the_written_columns_gives_the_observed_values_bit_for_bit() {
                 let case =
                     format!("{dtype:?} widen {widen} {precision:?} phase {phase} at {position}");
                 assert_eq!(bits(&out["heads"]), bits(&observed["heads"]), "{case}");
-                let kv = |s: &anemone_exec::State| bits(s.get("kv").unwrap());
+                let kv = |s: &anemone_exec::State| bits(&s.get("kv").unwrap());
                 assert!(kv(&state) == kv(&observed_state), "{case}: states differ");
             }
         }

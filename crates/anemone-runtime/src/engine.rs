@@ -523,11 +523,14 @@ impl PipelineTask for LeakPipeline {
     fn run<B: Backend>(self, pipeline: Pipeline<B>) -> Self::Output {
         let pipeline: &'static Pipeline<B> = Box::leak(Box::new(pipeline));
         let config = &pipeline.manifest().config;
+        // K and V per layer, as the backend holds the bundle's fp16-declared KV state
         let bytes_per_session = 2
             * config.num_hidden_layers
             * config.kv_dim()
             * pipeline.context()
-            * std::mem::size_of::<f32>();
+            * pipeline
+                .backend()
+                .state_element_bytes(anemone_mil::DType::F16);
         let tokenizer = pipeline.tokenizer().cloned();
         (
             Box::new(BundleSource {

@@ -11,6 +11,7 @@ use super::{finish_output, Frame, Slot};
 use crate::kernels::attention::{
     attend_filled_columns, filled_columns, hidden_key_bound, HeadWindow, Rounding,
 };
+use crate::kernels::kv_elem::KvSlice;
 use crate::kernels::Accumulation;
 use crate::package::{Fused, Step};
 
@@ -142,7 +143,13 @@ type MaskKey = (usize, usize, usize, usize);
 pub(super) struct Held {
     filled: Option<(MaskKey, Option<usize>)>,
     bound: Option<(HiddenKey, Option<f32>)>,
+    /// K and V windows of a state held as fp16, widened to f32 (keyed by the state windows'
+    /// addresses and lengths): query heads sharing a KV head widen it once.
+    wide: Option<(WideKey, Vec<f32>, Vec<f32>)>,
 }
+
+/// The K and V windows (address, length) a widened copy was made of.
+type WideKey = ((usize, usize), (usize, usize));
 
 /// See [`Held`].
 pub(super) type HiddenMemo = Option<Held>;
@@ -156,17 +163,17 @@ fn run(fr: &Frame, steps: &[Step], memo: &mut HiddenMemo) -> Result<Option<Tenso
         return Ok(None);
     };
     let mask = if *a == steps[0].outputs[0] { *b } else { *a };
-    let (q, k, v, mask) = (
+    let (q, (k, k_shape), (v, v_shape), mask) = (
         fr.operand(*q)?,
-        fr.operand(*k)?,
-        fr.operand(*v)?,
+        fr.kv_operand(*k)?,
+        fr.kv_operand(*v)?,
         fr.operand(mask)?,
     );
     let out_ty = &steps[5].out_types[0];
     let shapes = (
         matrix(q.shape),
-        matrix(k.shape),
-        matrix(v.shape),
+        matrix(k_shape),
+        matrix(v_shape),
         matrix(mask.shape),
         matrix(&out_ty.shape),
     );
@@ -191,17 +198,52 @@ fn run(fr: &Frame, steps: &[Step], memo: &mut HiddenMemo) -> Result<Option<Tenso
         probs: fp16(&steps[4]),
         out: fp16(&steps[5]),
     };
+    // query heads sharing a KV head run back to back: their hidden-column bound is shared
+    // (keyed by the state windows, whatever they are widened into)
+    let key = HiddenKey {
+        k: (k.addr(), k.len()),
+        v: (v.addr(), v.len()),
+        l: 0,
+    };
+    let held = memo.get_or_insert_with(Held::default);
+    let (k, v): (&[f32], &[f32]) = match (k, v) {
+        (KvSlice::F32(k), KvSlice::F32(v)) => (k, v),
+        _ => {
+            let wide_key = (key.k, key.v);
+            if held.wide.as_ref().map(|w| w.0) != Some(wide_key) {
+                let (mut kb, mut vb) = held
+                    .wide
+                    .take()
+                    .map_or_else(Default::default, |(_, kb, vb)| (kb, vb));
+                k.to_f32(&mut kb);
+                v.to_f32(&mut vb);
+                // `to_f32` leaves an f32 operand in place: copy it (a mixed pair)
+                if let KvSlice::F32(k) = k {
+                    kb.clear();
+                    kb.extend_from_slice(k);
+                }
+                if let KvSlice::F32(v) = v {
+                    vb.clear();
+                    vb.extend_from_slice(v);
+                }
+                held.wide = Some((wide_key, kb, vb));
+            }
+            match &held.wide {
+                Some((_, kb, vb)) => (kb, vb),
+                None => return Ok(None),
+            }
+        }
+    };
     let window = HeadWindow {
-        q: q.data,
-        k: k.data,
-        v: v.data,
-        mask: mask.data,
+        q: &q.data,
+        k,
+        v,
+        mask: &mask.data,
         d,
         dv,
         t,
         c,
     };
-    let held = memo.get_or_insert_with(Held::default);
     let mask_key = (mask.data.as_ptr() as usize, mask.data.len(), t, c);
     let l = match held.filled {
         Some((key, l)) if key == mask_key => l,
@@ -214,12 +256,7 @@ fn run(fr: &Frame, steps: &[Step], memo: &mut HiddenMemo) -> Result<Option<Tenso
     let Some(l) = l else {
         return Ok(None);
     };
-    // query heads sharing a KV head run back to back: their hidden-column bound is shared
-    let key = HiddenKey {
-        k: (k.data.as_ptr() as usize, k.data.len()),
-        v: (v.data.as_ptr() as usize, v.data.len()),
-        l,
-    };
+    let key = HiddenKey { l, ..key };
     let k_max = match held.bound {
         Some((held_key, bound)) if held_key == key => bound,
         _ => {

@@ -4,8 +4,11 @@
 //!
 //! [`attend_one`]: crate::kernels::attend_one::attend_one
 
+use std::borrow::Cow;
+
 use anemone_backend::Tensor;
 use anemone_mil::{DType, Op, Precision, Var};
+use half::f16;
 
 use super::attend::{matrix, STEPS};
 use super::{finish_output, Frame, Slot};
@@ -13,13 +16,20 @@ use crate::kernels::attend_one::{
     attend_one, hidden_mask_max, live_columns, scores_match_gemm, Skip,
 };
 use crate::kernels::attention::{HeadWindow, Rounding};
+use crate::kernels::kv_elem::KvSlice;
 use crate::kernels::Accumulation;
 use crate::package::{Fused, Step};
 use crate::team::{self, SharedOut};
 
+/// A head's operands, K and V in the element type the state holds.
+enum Window<'f> {
+    F32(HeadWindow<'f, f32>),
+    F16(HeadWindow<'f, f16>),
+}
+
 /// One head of the run: its operands.
 struct Head<'f> {
-    window: HeadWindow<'f>,
+    window: Window<'f>,
     round: Rounding,
     scores_first: bool,
     /// The columns past the written part of the KV state ([`attend_one`] checks the rest).
@@ -121,17 +131,21 @@ fn compute(fr: &Frame, steps: &[Step], starts: &[usize]) -> Result<Option<Vec<Ve
                 z
             }
         };
-        let (q, k, v, mask) = (
+        // K and V read in place in the element type the state holds (no copy)
+        let (q, (k, k_shape), (v, v_shape), mask) = (
             fr.operand(*q)?,
-            fr.operand(*k)?,
-            fr.operand(*v)?,
+            fr.kv_operand(*k)?,
+            fr.kv_operand(*v)?,
             fr.operand(mask)?,
         );
+        let (Cow::Borrowed(q_data), Cow::Borrowed(mask_data)) = (q.data, mask.data) else {
+            return Ok(None);
+        };
         let out_ty = &group[5].out_types[0];
         let shapes = (
             matrix(q.shape),
-            matrix(k.shape),
-            matrix(v.shape),
+            matrix(k_shape),
+            matrix(v_shape),
             matrix(mask.shape),
             matrix(&out_ty.shape),
         );
@@ -149,17 +163,32 @@ fn compute(fr: &Frame, steps: &[Step], starts: &[usize]) -> Result<Option<Vec<Ve
             return Ok(None);
         }
         let fp16 = |s: &Step| fr.precision == Precision::Fp16 && s.out_types[0].dtype == DType::F16;
-        heads.push(Head {
-            window: HeadWindow {
-                q: q.data,
-                k: k.data,
-                v: v.data,
-                mask: mask.data,
+        let window = match (k, v) {
+            (KvSlice::F32(k), KvSlice::F32(v)) => Window::F32(HeadWindow {
+                q: q_data,
+                k,
+                v,
+                mask: mask_data,
                 d,
                 dv,
                 t: 1,
                 c,
-            },
+            }),
+            (KvSlice::F16(k), KvSlice::F16(v)) => Window::F16(HeadWindow {
+                q: q_data,
+                k,
+                v,
+                mask: mask_data,
+                d,
+                dv,
+                t: 1,
+                c,
+            }),
+            // K and V held in different types: the six ops run one by one
+            _ => return Ok(None),
+        };
+        heads.push(Head {
+            window,
             round: Rounding {
                 scores: fp16(&group[0]),
                 masked: fp16(&group[1]),
@@ -170,11 +199,11 @@ fn compute(fr: &Frame, steps: &[Step], starts: &[usize]) -> Result<Option<Vec<Ve
             },
             scores_first,
             skip: zero_from.and_then(|z| live_columns(c, z)).and_then(|cols| {
-                let key = (mask.data.as_ptr() as usize, cols);
+                let key = (mask_data.as_ptr() as usize, cols);
                 let max = match mask_max {
                     Some((p, l, m)) if (p, l) == key => m,
                     _ => {
-                        let m = hidden_mask_max(&mask.data[cols..]);
+                        let m = hidden_mask_max(&mask_data[cols..]);
                         mask_max = Some((key.0, key.1, m));
                         m
                     }
@@ -190,7 +219,11 @@ fn compute(fr: &Frame, steps: &[Step], starts: &[usize]) -> Result<Option<Vec<Ve
     let mut offsets = Vec::with_capacity(heads.len() + 1);
     offsets.push(0);
     for h in &heads {
-        offsets.push(offsets[offsets.len() - 1] + h.window.dv);
+        let dv = match &h.window {
+            Window::F32(w) => w.dv,
+            Window::F16(w) => w.dv,
+        };
+        offsets.push(offsets[offsets.len() - 1] + dv);
     }
     let mut flat = vec![0.0f32; offsets[heads.len()]];
     let out = SharedOut::new(&mut flat);
@@ -201,14 +234,10 @@ fn compute(fr: &Frame, steps: &[Step], starts: &[usize]) -> Result<Option<Vec<Ve
         // SAFETY: heads own disjoint ranges of `flat`, which outlives the region.
         let dst = unsafe { out.slice(offsets[b]..offsets[b + 1]) };
         let mut scratch = Vec::new();
-        let done = attend_one(
-            &h.window,
-            h.round,
-            h.scores_first,
-            h.skip,
-            &mut scratch,
-            dst,
-        );
+        let done = match &h.window {
+            Window::F32(w) => attend_one(w, h.round, h.scores_first, h.skip, &mut scratch, dst),
+            Window::F16(w) => attend_one(w, h.round, h.scores_first, h.skip, &mut scratch, dst),
+        };
         if let Err(e) = done {
             let mut f = failure.lock().unwrap_or_else(|e| e.into_inner());
             f.get_or_insert(e);

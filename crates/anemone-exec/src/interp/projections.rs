@@ -56,7 +56,7 @@ fn single<'b>(fr: &'b Frame, step: &Step) -> Option<Single<'b>> {
         Op::Linear { x, weight, .. } => (*x, *weight),
         _ => return None,
     };
-    let xt = fr.get(x).ok()?;
+    let xt = fr.tensor(x).ok()?;
     // a compressed weight joins a group of compressed weights (`HalfWeight::matvec_fused_group`)
     let half = |w16: &'b HalfWeight| match w16.as_f16() {
         Some(d) => Weights::Rows(RowWeights::F16(d)),
@@ -71,7 +71,7 @@ fn single<'b>(fr: &'b Frame, step: &Step) -> Option<Single<'b>> {
         }
         (None, Op::Conv { .. }) if xt.shape.len() == 4 && xt.numel() == xt.shape[1] => {
             let k = xt.shape[1];
-            let wt = fr.get(weight).ok()?;
+            let wt = fr.tensor(weight).ok()?;
             let pointwise = wt.shape.len() == 4 && wt.shape[1] == k && wt.shape[2..] == [1, 1];
             if !pointwise {
                 return None;

@@ -19,14 +19,22 @@ use std::sync::OnceLock;
 use anemone_backend::round_f16_in_place;
 
 use super::attention::{HeadWindow, Rounding};
+use super::kv_elem::KvElem;
 use super::linalg::{matmul_into, MatRef};
 use super::norm::softmax;
 use super::{simd, Accumulation};
 
 /// `out[j] = Σ_i q[i]·k[i·c + j]` summed as `gemm`'s single-row product sums it (module docs):
 /// `k[0][j]·q[0]`, then `fma(k[i][j], q[i], ·)` for `i = 1..d`.
-pub fn scores_row(q: &[f32], k: &[f32], c: usize, out: &mut [f32]) {
-    scores_cols(q, k, c, &mut out[..c]);
+/// K may be held as fp16 (widened exactly, in blocks: the same bits).
+pub fn scores_row<E: KvElem>(q: &[f32], k: &[E], c: usize, out: &mut [f32]) {
+    match E::as_f32(k) {
+        Some(k) => scores_cols(q, k, c, &mut out[..c]),
+        None => {
+            let mut wide = vec![0.0f32; q.len() * WIDEN_COLS];
+            scores_widened(q, k, c, &mut out[..c], &mut wide);
+        }
+    }
 }
 
 /// [`scores_row`] of the first `out.len()` columns of rows `c` apart (each column's value is
@@ -120,6 +128,99 @@ pub fn scores_match_gemm() -> bool {
     })
 }
 
+/// Columns of K widened at a time when K is not held as f32 (a block of `d × WIDEN_COLS`
+/// values stays in the first-level cache).
+const WIDEN_COLS: usize = 64;
+
+/// [`scores_cols`] of `out.len()` columns of a K window held in another element type, in
+/// blocks of columns widened into `wide` (at least `d × WIDEN_COLS` long): each column's chain
+/// of fused multiply-adds is its own, so computing it over a widened copy of its column gives
+/// the same bits.
+fn scores_widened<E: KvElem>(q: &[f32], k: &[E], c: usize, out: &mut [f32], wide: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(k16) = E::as_f16(k) {
+        if is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("f16c")
+            && is_x86_feature_detected!("fma")
+        {
+            // SAFETY: the features the function is compiled for were detected at run time.
+            unsafe { scores_f16_avx512(q, k16, c, out) };
+            return;
+        }
+    }
+    let d = q.len();
+    for (b, block) in out.chunks_mut(WIDEN_COLS).enumerate() {
+        let (j0, bw) = (b * WIDEN_COLS, block.len());
+        for i in 0..d {
+            E::widen(
+                &k[i * c + j0..i * c + j0 + bw],
+                &mut wide[i * bw..(i + 1) * bw],
+            );
+        }
+        scores_cols(q, &wide[..d * bw], bw, block);
+    }
+}
+
+/// [`scores_row_generic`] of fp16 K read in place: each column's chain (`k[0][j]·q[0]`, then
+/// one fused multiply-add per channel in order) in 16-lane registers, four a pass, the K values
+/// widened exactly as they are loaded; the last `n % 16` columns one by one.
+///
+/// # Safety
+/// The CPU has AVX-512F, F16C and FMA; `k` holds `q.len()` rows `c` apart of at least
+/// `out.len()` values.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+unsafe fn scores_f16_avx512(q: &[f32], k: &[half::f16], c: usize, out: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let (n, d) = (out.len(), q.len());
+    if d == 0 {
+        out.fill(0.0);
+        return;
+    }
+    assert!(k.len() >= (d - 1) * c + n, "scores_f16: K window too short");
+    let pk = k.as_ptr() as *const u8;
+    // SAFETY (every load below): row `i < d`, columns `j..j + 16 <= n`, inside `k` (asserted)
+    let load = |i: usize, j: usize| {
+        _mm512_cvtph_ps(_mm256_loadu_si256(pk.add(2 * (i * c + j)) as *const __m256i))
+    };
+    let po = out.as_mut_ptr();
+    let mut j = 0;
+    while j + 64 <= n {
+        let q0 = _mm512_set1_ps(q[0]);
+        let mut a = [
+            _mm512_mul_ps(load(0, j), q0),
+            _mm512_mul_ps(load(0, j + 16), q0),
+            _mm512_mul_ps(load(0, j + 32), q0),
+            _mm512_mul_ps(load(0, j + 48), q0),
+        ];
+        for (i, &qi) in q.iter().enumerate().skip(1) {
+            let qv = _mm512_set1_ps(qi);
+            for (r, acc) in a.iter_mut().enumerate() {
+                *acc = _mm512_fmadd_ps(load(i, j + 16 * r), qv, *acc);
+            }
+        }
+        for (r, acc) in a.iter().enumerate() {
+            // SAFETY: columns `j + 16 r..+16` are below `n`
+            _mm512_storeu_ps(po.add(j + 16 * r), *acc);
+        }
+        j += 64;
+    }
+    while j + 16 <= n {
+        let mut acc = _mm512_mul_ps(load(0, j), _mm512_set1_ps(q[0]));
+        for (i, &qi) in q.iter().enumerate().skip(1) {
+            acc = _mm512_fmadd_ps(load(i, j), _mm512_set1_ps(qi), acc);
+        }
+        // SAFETY: columns `j..j + 16` are below `n`
+        _mm512_storeu_ps(po.add(j), acc);
+        j += 16;
+    }
+    for (jj, o) in out.iter_mut().enumerate().skip(j) {
+        *o = (1..d).fold(k[jj].to_f32() * q[0], |acc, i| {
+            k[i * c + jj].to_f32().mul_add(q[i], acc)
+        });
+    }
+}
+
 fn round_if(on: bool, data: &mut [f32]) {
     if on {
         round_f16_in_place(data);
@@ -177,8 +278,8 @@ pub struct Skip {
 ///   sum that starts at +0 is never −0.
 ///
 /// Answers whether columns were skipped.
-pub fn attend_one(
-    w: &HeadWindow,
+pub fn attend_one<E: KvElem>(
+    w: &HeadWindow<E>,
     round: Rounding,
     scores_first: bool,
     skip: Option<Skip>,
@@ -219,19 +320,27 @@ pub fn attend_one(
 
 /// The head over its first `skip.cols` columns (all `c` without `skip`); `false` (and `out`
 /// unspecified) when the skipped columns cannot be shown to change nothing.
-fn attend_cols(
-    w: &HeadWindow,
+fn attend_cols<E: KvElem>(
+    w: &HeadWindow<E>,
     round: Rounding,
     scores_first: bool,
     skip: Option<Skip>,
     scratch: &mut Vec<f32>,
     out: &mut [f32],
 ) -> bool {
-    let HeadWindow { dv, c, .. } = *w;
+    let HeadWindow { d, dv, c, .. } = *w;
     let n = skip.map_or(c, |s| s.cols);
-    scratch.resize(n, 0.0);
-    let s = &mut scratch[..n];
-    scores_cols(w.q, w.k, c, s);
+    // the row, then (K/V not held as f32) room for widened blocks of K and rows of V
+    let room = match E::as_f32(w.k) {
+        Some(_) => 0,
+        None => (d * WIDEN_COLS).max(4 * n),
+    };
+    scratch.resize(n + room, 0.0);
+    let (s, wide) = scratch.split_at_mut(n);
+    match E::as_f32(w.k) {
+        Some(k) => scores_cols(w.q, k, c, s),
+        None => scores_widened(w.q, w.k, c, s, wide),
+    }
     round_if(round.scores, s);
     let mask = &w.mask[..n];
     if scores_first {
@@ -265,15 +374,35 @@ fn attend_cols(
     round_if(round.probs, s);
     // four rows of `v` a pass where the CPU has it (each row's value is `dot`'s)
     let dot = simd::dot_f32_kernel();
+    let dot4_f16 = simd::dot_f16x4_at_kernel();
     let mut done = 0;
     if let (Some(dot4), true) = (simd::dot_f32x4_kernel(), n > 0) {
         for (q, o) in out.chunks_exact_mut(4).enumerate() {
-            o.copy_from_slice(&dot4(&w.v[4 * q * c..4 * q * c + 3 * c + n], c, s));
+            let rows = &w.v[4 * q * c..4 * q * c + 3 * c + n];
+            match (E::as_f32(rows), E::as_f16(rows), dot4_f16) {
+                (Some(rows), _, _) => o.copy_from_slice(&dot4(rows, c, s)),
+                // fp16 rows read in place (the same sums as over their widened values)
+                (None, Some(rows), Some(dot4_f16)) => o.copy_from_slice(&dot4_f16(rows, c, s)),
+                _ => {
+                    // the four rows' first `n` columns, `n` apart: each row's dot is the same
+                    // whatever the rows' stride
+                    for r in 0..4 {
+                        E::widen(&rows[r * c..r * c + n], &mut wide[r * n..(r + 1) * n]);
+                    }
+                    o.copy_from_slice(&dot4(&wide[..4 * n], n, s));
+                }
+            }
         }
         done = dv / 4 * 4;
     }
     for (o, row) in out.iter_mut().zip(w.v.chunks_exact(c.max(1))).skip(done) {
-        *o = dot(&row[..n], s);
+        *o = match E::as_f32(&row[..n]) {
+            Some(row) => dot(row, s),
+            None => {
+                E::widen(&row[..n], &mut wide[..n]);
+                dot(&wide[..n], s)
+            }
+        };
     }
     if c == 0 {
         out.fill(0.0);
@@ -527,6 +656,103 @@ mod tests {
                 assert_eq!(bits(&got), bits(&want), "d {d} c {c}");
             }
         }
+    }
+
+    /// Fails if reading K/V held as fp16 changes one bit against the same values held as f32:
+    /// head dims and windows with every lane and block tail (past [`WIDEN_COLS`] and below
+    /// it), a row count that is not a multiple of four, the zero-bound skip taken and refused,
+    /// every rounding; and `scores_row` over fp16 K.
+    #[test]
+    fn fp16_kv_gives_the_f32_kv_results_bit_for_bit() {
+        use half::f16;
+        if !scores_match_gemm() {
+            return;
+        }
+        let halves = |v: Vec<f32>| -> Vec<f16> { v.into_iter().map(f16::from_f32).collect() };
+        let wide = |v: &[f16]| -> Vec<f32> { v.iter().map(|x| x.to_f32()).collect() };
+        let mut skipped_some = false;
+        // (d, dv, c, filled)
+        for (d, dv, c, filled) in [
+            (64, 64, 512, 100),
+            (3, 5, 45, 7),
+            (37, 29, 130, 33),
+            (64, 63, 65, 64),
+            (17, 7, 2, 1),
+            (128, 128, 300, 299),
+        ] {
+            let q = values(d, 21, 2.0);
+            let mut k16 = halves(values(d * c, 22, 3.0));
+            let mut v16 = halves(values(dv * c, 23, 1.0));
+            for i in 0..d {
+                for j in filled..c {
+                    k16[i * c + j] = if (i + j) % 3 == 0 {
+                        -f16::ZERO
+                    } else {
+                        f16::ZERO
+                    };
+                }
+            }
+            for i in 0..dv {
+                for j in filled..c {
+                    v16[i * c + j] = if (i + j) % 2 == 0 {
+                        -f16::ZERO
+                    } else {
+                        f16::ZERO
+                    };
+                }
+            }
+            let (k32, v32) = (wide(&k16), wide(&v16));
+            let mut got = vec![f32::NAN; c];
+            let mut want = vec![f32::NAN; c];
+            scores_row(&q, &k16, c, &mut got);
+            scores_row(&q, &k32, c, &mut want);
+            assert_eq!(bits(&got), bits(&want), "scores {d}×{c}");
+            for hidden in [-1e4f32, -50.0] {
+                let mask: Vec<f32> = (0..c)
+                    .map(|j| if j < filled { 0.0 } else { hidden })
+                    .collect();
+                let w32 = HeadWindow {
+                    q: &q,
+                    k: &k32[..],
+                    v: &v32[..],
+                    mask: &mask,
+                    d,
+                    dv,
+                    t: 1,
+                    c,
+                };
+                let w16 = HeadWindow {
+                    q: &q,
+                    k: &k16[..],
+                    v: &v16[..],
+                    mask: &mask,
+                    d,
+                    dv,
+                    t: 1,
+                    c,
+                };
+                let skip = live_columns(c, filled).map(|cols| Skip {
+                    cols,
+                    hidden_mask_max: hidden_mask_max(&mask[cols..]).unwrap(),
+                });
+                for r in [Rounding::default(), ROUND_EVERY_OP] {
+                    for scores_first in [true, false] {
+                        let case = format!("{d}×{dv}×{c} filled {filled} mask {hidden} {r:?}");
+                        let (mut a, mut b) = (vec![f32::NAN; dv], vec![f32::NAN; dv]);
+                        let mut scratch = Vec::new();
+                        let s16 =
+                            attend_one(&w16, r, scores_first, skip, &mut scratch, &mut a).unwrap();
+                        let s32 =
+                            attend_one(&w32, r, scores_first, skip, &mut scratch, &mut b).unwrap();
+                        assert_eq!(bits(&a), bits(&b), "{case}");
+                        assert_eq!(s16, s32, "{case}: skip taken differently");
+                        assert_eq!(bits(&a), bits(&unfused(&w32, r, scores_first)), "{case}");
+                        skipped_some |= s16;
+                    }
+                }
+            }
+        }
+        assert!(skipped_some, "the skip must be exercised on fp16 K/V");
     }
 
     #[test]

@@ -37,15 +37,16 @@ const COLUMN_STEP: usize = 64;
 /// The most columns taken (the smallest first k-block of `gemm`'s full product is longer).
 const MAX_COLUMNS: usize = 256;
 
-/// One query head's operands, channels first as the program holds them.
+/// One query head's operands, channels first as the program holds them; K and V in the
+/// element type the KV state is held in (f32 unless said: the prefill kernels here read f32).
 #[derive(Clone, Copy)]
-pub struct HeadWindow<'a> {
+pub struct HeadWindow<'a, E = f32> {
     /// `[d × t]`
     pub q: &'a [f32],
     /// `[d × c]`
-    pub k: &'a [f32],
+    pub k: &'a [E],
     /// `[dv × c]`
-    pub v: &'a [f32],
+    pub v: &'a [E],
     /// `[t × c]`, additive
     pub mask: &'a [f32],
     pub d: usize,

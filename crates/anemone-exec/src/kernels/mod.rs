@@ -9,6 +9,7 @@ pub mod expf_avx512;
 pub mod fp16acc;
 pub mod gemm_avx512;
 pub mod gemm_f16;
+pub mod kv_elem;
 pub mod linalg;
 pub mod norm;
 pub mod quant;

@@ -37,13 +37,13 @@ fn for_each_strided(shape: &[usize], src_strides: &[usize], base: usize, mut f: 
 }
 
 /// `x[begin:end:stride]` (bounds already checked by the program's type inference).
-pub fn slice_by_index(
-    x: &[f32],
+pub fn slice_by_index<T: Copy>(
+    x: &[T],
     x_shape: &[usize],
     begin: &[usize],
     stride: &[usize],
     out_shape: &[usize],
-) -> Vec<f32> {
+) -> Vec<T> {
     let xs = strides(x_shape);
     let base: usize = begin.iter().zip(&xs).map(|(b, s)| b * s).sum();
     let src: Vec<usize> = xs.iter().zip(stride).map(|(s, st)| s * st).collect();
@@ -64,10 +64,10 @@ pub fn slice_by_index(
 }
 
 /// Writes `update` into `x` at `begin` (the caller checked that the window fits).
-pub fn slice_update(
-    x: &mut [f32],
+pub fn slice_update<T: Copy>(
+    x: &mut [T],
     x_shape: &[usize],
-    update: &[f32],
+    update: &[T],
     update_shape: &[usize],
     begin: &[usize],
 ) {

@@ -136,16 +136,26 @@ mod avx512 {
     #[inline]
     #[target_feature(enable = "avx512f,avx2,fma,f16c")]
     pub unsafe fn dot_f16_rows<const R: usize>(w: &[f16], x: &[f32]) -> [f32; R] {
+        dot_f16_rows_at::<R>(w, x.len(), x)
+    }
+
+    /// [`dot_f16_rows`] of rows `rs` apart (`w[r rs..r rs + k]`).
+    ///
+    /// # Safety
+    /// `w` holds `(R - 1) rs + x.len()` values and the CPU has AVX-512F, AVX2, FMA and F16C.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    pub unsafe fn dot_f16_rows_at<const R: usize>(w: &[f16], rs: usize, x: &[f32]) -> [f32; R] {
         let n = x.len();
         let (pw, px) = (w.as_ptr() as *const u8, x.as_ptr());
         // row r's halves from element i, as bytes
-        let at = |r: usize, i: usize| pw.add(2 * (r * n + i));
+        let at = |r: usize, i: usize| pw.add(2 * (r * rs + i));
         let mut a01 = [_mm512_setzero_ps(); R];
         let mut a23 = [_mm512_setzero_ps(); R];
         let mut i = 0;
         // the same place of the next `R` rows (a matvec's next pass), in bytes: asked for
         // ahead, as the hardware prefetcher does not cross pages
-        let ahead = 2 * R * n;
+        let ahead = 2 * R * rs;
         while i + 32 <= n {
             let x0 = _mm512_loadu_ps(px.add(i));
             let x1 = _mm512_loadu_ps(px.add(i + 16));
@@ -180,7 +190,7 @@ mod avx512 {
             _mm256_storeu_ps(l.as_mut_ptr(), sum);
             let mut s = (l[0] + l[4]) + (l[1] + l[5]) + ((l[2] + l[6]) + (l[3] + l[7]));
             for j in i..n {
-                s += w[r * n + j].to_f32() * x[j];
+                s += w[r * rs + j].to_f32() * x[j];
             }
             sums[r] = s;
         }
@@ -291,6 +301,30 @@ pub fn dot_f16x4_kernel() -> Option<DotF16x4> {
                 let d = dot_f16_kernel();
                 let k = x.len();
                 std::array::from_fn(|r| d(w.get(r * k..(r + 1) * k).unwrap_or(&[]), x))
+            }
+        });
+    }
+    None
+}
+
+/// Four fp16 rows `w[r rs..r rs + k]` (`k = x.len()`, `rs` the row stride, `w` holding at
+/// least `3 rs + k` values) dotted with `x`.
+pub type DotF16x4At = fn(&[f16], usize, &[f32]) -> [f32; 4];
+
+/// Four rows `rs` apart a pass when this CPU has AVX-512 (each row's value is
+/// [`dot_f16_kernel`]'s bit for bit), else `None`.
+pub fn dot_f16x4_at_kernel() -> Option<DotF16x4At> {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2_fma() && is_x86_feature_detected!("f16c") && is_x86_feature_detected!("avx512f") {
+        // SAFETY: the features `dot_f16_rows_at` is compiled for were detected at run time;
+        // the slice length is checked (a short `w` takes the row-by-row path).
+        return Some(|w, rs, x| {
+            let k = x.len();
+            if w.len() >= 3 * rs + k {
+                unsafe { avx512::dot_f16_rows_at::<4>(w, rs, x) }
+            } else {
+                let d = dot_f16_kernel();
+                std::array::from_fn(|r| d(w.get(r * rs..r * rs + k).unwrap_or(&[]), x))
             }
         });
     }
