@@ -39,18 +39,7 @@ fn step(name: &str, t: usize, dtype: DType) -> Function {
             f.cast("v16", v, DType::F16).unwrap(),
         )
     };
-    let k_row = f.const_i32("k_row", &[3], &[0, 0, 0]).unwrap();
-    let v_row = f.const_i32("v_row", &[3], &[1, 0, 0]).unwrap();
-    let extent = f
-        .const_i32("extent", &[4], &[1, 1, D as i32, t as i32])
-        .unwrap();
-    let k_begin = f.concat("k_begin", &[k_row, pos], 0).unwrap();
-    let v_begin = f.concat("v_begin", &[v_row, pos], 0).unwrap();
-    let k_end = f.add("k_end", k_begin, extent).unwrap();
-    let v_end = f.add("v_end", v_begin, extent).unwrap();
-    let old = f.read_state("old", kv).unwrap();
-    let with_k = f.slice_update("k_upd", old, k, k_begin, k_end).unwrap();
-    let with_v = f.slice_update("v_upd", with_k, v, v_begin, v_end).unwrap();
+    let with_v = kv_update_cols(&mut f, kv, k, v, pos, D, t);
     let (d, s) = (D as i64, S as i64);
     let mut ks = f
         .slice_by_index("ks", with_v, &[0, 0, 0, 0], &[1, 1, d, s], None)

@@ -111,9 +111,25 @@ pub fn kv_update(
     pos: anemone_mil::Var,
     d: usize,
 ) -> anemone_mil::Var {
+    kv_update_cols(f, kv, k, v, pos, d, 1)
+}
+
+/// [`kv_update`] for `cols` tokens at once (`k`, `v`: `[1, 1, d, cols]`, written at columns
+/// `pos..pos + cols`; a prefill's write).
+pub fn kv_update_cols(
+    f: &mut anemone_mil::FunctionBuilder,
+    kv: anemone_mil::Var,
+    k: anemone_mil::Var,
+    v: anemone_mil::Var,
+    pos: anemone_mil::Var,
+    d: usize,
+    cols: usize,
+) -> anemone_mil::Var {
     let k_row = f.const_i32("k_row", &[3], &[0, 0, 0]).unwrap();
     let v_row = f.const_i32("v_row", &[3], &[1, 0, 0]).unwrap();
-    let extent = f.const_i32("extent", &[4], &[1, 1, d as i32, 1]).unwrap();
+    let extent = f
+        .const_i32("extent", &[4], &[1, 1, d as i32, cols as i32])
+        .unwrap();
     let k_begin = f.concat("k_begin", &[k_row, pos], 0).unwrap();
     let v_begin = f.concat("v_begin", &[v_row, pos], 0).unwrap();
     let k_end = f.add("k_end", k_begin, extent).unwrap();
