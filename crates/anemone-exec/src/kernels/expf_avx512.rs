@@ -20,6 +20,7 @@ use std::sync::OnceLock;
 
 /// `2^(i/32)` as f64 bits, minus `i << 47` (glibc's `__exp2f_data.tab`): adding `k << 47` for
 /// `k ≡ i (mod 32)` gives the bits of `2^(k/32)`.
+#[cfg(target_arch = "x86_64")]
 const TABLE: [u64; 32] = [
     0x3ff0000000000000,
     0x3fefd9b0d3158574,
@@ -55,12 +56,17 @@ const TABLE: [u64; 32] = [
     0x3fefd0765b6e4540,
 ];
 /// `32/ln 2` (0x1.71547652b82fep+5).
+#[cfg(target_arch = "x86_64")]
 const INV_LN2_N: u64 = 0x40471547652b82fe;
 /// `0x1.8p52`: adding it rounds an f64 of magnitude below 2⁵¹ to an integer, ties to even.
+#[cfg(target_arch = "x86_64")]
 const SHIFT: u64 = 0x4338000000000000;
 /// The polynomial's coefficients of `r³`, `r²`, `r`, scaled by `32⁻³`, `32⁻²`, `32⁻¹`.
+#[cfg(target_arch = "x86_64")]
 const C0: u64 = 0x3ebc6af84b912394;
+#[cfg(target_arch = "x86_64")]
 const C1: u64 = 0x3f2ebfce50fac4f3;
+#[cfg(target_arch = "x86_64")]
 const C2: u64 = 0x3f962e42ff0c52d6;
 /// Above `log(0x1p128)` (0x1.62e42ep6): +inf.
 const OVERFLOW: u32 = 0x42b17217;
