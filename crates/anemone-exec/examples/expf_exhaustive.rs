@@ -3,11 +3,10 @@
 //!
 //! `cargo run --release -p anemone-exec --example expf_exhaustive`
 
-use anemone_exec::kernels::expf_avx512;
-
 fn main() {
     #[cfg(target_arch = "x86_64")]
     if is_x86_feature_detected!("avx512f") {
+        use anemone_exec::kernels::expf_avx512;
         println!("self-check on the sample set: {}", expf_avx512::verified());
         let mut bad = 0u64;
         let mut buf = vec![0.0f32; 1 << 16];
