@@ -6,7 +6,7 @@
 mod common;
 
 use anemone_exec::{OpOutput, Precision, Tensor};
-use anemone_mil::{DType, Function, FunctionBuilder, TensorType};
+use anemone_mil::{DType, Function};
 use common::*;
 
 const D: usize = 64; // head dim
@@ -16,44 +16,7 @@ const HEADS: usize = 2;
 /// `kv [2, 1, D, S]` (K row 0, V row 1): write k, v at `pos`, then per head the six ops over
 /// windows of the updated cache (widened to f32 first when `widen`, as fp32 programs do).
 fn decode(dtype: DType, widen: bool) -> Function {
-    let mut f = FunctionBuilder::new("main");
-    let col = |f: &mut FunctionBuilder, name: &str| {
-        f.input(name, TensorType::new(dtype, [1, 1, D, 1])).unwrap()
-    };
-    let qs: Vec<_> = (0..HEADS).map(|h| col(&mut f, &format!("q{h}"))).collect();
-    let (k, v) = (col(&mut f, "k"), col(&mut f, "v"));
-    let mask = f
-        .input("mask", TensorType::new(dtype, [1, 1, 1, S]))
-        .unwrap();
-    let pos = f.input("pos", TensorType::new(DType::I32, [1])).unwrap();
-    let kv = f
-        .state("kv", TensorType::new(DType::F16, [2, 1, D, S]))
-        .unwrap();
-    let (k, v) = if dtype == DType::F16 {
-        (k, v)
-    } else {
-        (
-            f.cast("k16", k, DType::F16).unwrap(),
-            f.cast("v16", v, DType::F16).unwrap(),
-        )
-    };
-    let with_v = kv_update(&mut f, kv, k, v, pos, D);
-    let (d, s) = (D as i64, S as i64);
-    let mut ks = f
-        .slice_by_index("ks", with_v, &[0, 0, 0, 0], &[1, 1, d, s], None)
-        .unwrap();
-    let mut vs = f
-        .slice_by_index("vs", with_v, &[1, 0, 0, 0], &[2, 1, d, s], None)
-        .unwrap();
-    if widen {
-        ks = f.cast("ks32", ks, DType::F32).unwrap();
-        vs = f.cast("vs32", vs, DType::F32).unwrap();
-    }
-    let outs = attention_heads(&mut f, &qs, ks, vs, mask);
-    let all = f.concat("heads", &outs, 2).unwrap();
-    f.write_state("write", kv, with_v).unwrap();
-    f.output(all).unwrap();
-    f.finish().unwrap()
+    kv_attention_step("main", dtype, widen, (HEADS, D, S, 1))
 }
 
 fn bits(t: &Tensor) -> Vec<u32> {

@@ -6,7 +6,7 @@
 mod common;
 
 use anemone_exec::{OpOutput, Precision, State, Tensor};
-use anemone_mil::{DType, Function, FunctionBuilder, TensorType};
+use anemone_mil::{DType, Function};
 use common::*;
 
 const D: usize = 64; // head dim
@@ -14,48 +14,10 @@ const S: usize = 150; // context slots (past two skip steps, not a multiple of o
 const HEADS: usize = 2;
 const PREFILL: usize = 8;
 
-/// `kv [2, 1, D, S]` (K row 0, V row 1): `t` columns of k, v written at `pos`, then per head
-/// the six attention ops of `t` queries over windows of the updated cache. fp16 inputs, cast
-/// from f32 ones when `dtype` is f32 (an fp32 program's fp16 cache).
+/// `t` columns of k, v written at `pos`, then per head the six attention ops of `t` queries over
+/// windows of the updated cache; an f32 `dtype` is an fp32 program over the fp16 cache.
 fn step(name: &str, t: usize, dtype: DType) -> Function {
-    let mut f = FunctionBuilder::new(name);
-    let cols = |f: &mut FunctionBuilder, name: &str| {
-        f.input(name, TensorType::new(dtype, [1, 1, D, t])).unwrap()
-    };
-    let qs: Vec<_> = (0..HEADS).map(|h| cols(&mut f, &format!("q{h}"))).collect();
-    let (k, v) = (cols(&mut f, "k"), cols(&mut f, "v"));
-    let mask = f
-        .input("mask", TensorType::new(dtype, [1, 1, t, S]))
-        .unwrap();
-    let pos = f.input("pos", TensorType::new(DType::I32, [1])).unwrap();
-    let kv = f
-        .state("kv", TensorType::new(DType::F16, [2, 1, D, S]))
-        .unwrap();
-    let (k, v) = if dtype == DType::F16 {
-        (k, v)
-    } else {
-        (
-            f.cast("k16", k, DType::F16).unwrap(),
-            f.cast("v16", v, DType::F16).unwrap(),
-        )
-    };
-    let with_v = kv_update_cols(&mut f, kv, k, v, pos, D, t);
-    let (d, s) = (D as i64, S as i64);
-    let mut ks = f
-        .slice_by_index("ks", with_v, &[0, 0, 0, 0], &[1, 1, d, s], None)
-        .unwrap();
-    let mut vs = f
-        .slice_by_index("vs", with_v, &[1, 0, 0, 0], &[2, 1, d, s], None)
-        .unwrap();
-    if dtype == DType::F32 {
-        ks = f.cast("ks32", ks, DType::F32).unwrap();
-        vs = f.cast("vs32", vs, DType::F32).unwrap();
-    }
-    let outs = attention_heads(&mut f, &qs, ks, vs, mask);
-    let all = f.concat("heads", &outs, 2).unwrap();
-    f.write_state("write", kv, with_v).unwrap();
-    f.output(all).unwrap();
-    f.finish().unwrap()
+    kv_attention_step(name, dtype, dtype == DType::F32, (HEADS, D, S, t))
 }
 
 fn program(dtype: DType) -> Vec<Function> {

@@ -26,7 +26,7 @@ fn attention(widen: bool) -> Function {
     let kv = f
         .state("kv", TensorType::new(DType::F16, [2, 1, D, S]))
         .unwrap();
-    let with_v = kv_update(&mut f, kv, k, v, pos, D);
+    let with_v = kv_update(&mut f, kv, k, v, pos, D, 1);
     let (d, s) = (D as i64, S as i64);
     let ks = f
         .slice_by_index("ks", with_v, &[0, 0, 0, 0], &[1, 1, d, s], None)

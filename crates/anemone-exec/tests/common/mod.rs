@@ -100,23 +100,10 @@ pub fn flat(idx: &[usize], shape: &[usize]) -> usize {
     idx.iter().zip(strides(shape)).map(|(i, s)| i * s).sum()
 }
 
-/// The converter's KV write for one token: `kv [2, 1, d, S]` (K row 0, V row 1) read, `k` and
-/// `v` (`[1, 1, d, 1]`, fp16) written at column `pos` by two `slice_update`s; returns the
-/// updated value (the state itself is written back by the caller).
+/// The converter's KV write: `kv [2, 1, d, S]` (K row 0, V row 1) read, `k` and `v`
+/// (`[1, 1, d, cols]`, fp16) written at columns `pos..pos + cols` by two `slice_update`s;
+/// returns the updated value (the state itself is written back by the caller).
 pub fn kv_update(
-    f: &mut anemone_mil::FunctionBuilder,
-    kv: anemone_mil::Var,
-    k: anemone_mil::Var,
-    v: anemone_mil::Var,
-    pos: anemone_mil::Var,
-    d: usize,
-) -> anemone_mil::Var {
-    kv_update_cols(f, kv, k, v, pos, d, 1)
-}
-
-/// [`kv_update`] for `cols` tokens at once (`k`, `v`: `[1, 1, d, cols]`, written at columns
-/// `pos..pos + cols`; a prefill's write).
-pub fn kv_update_cols(
     f: &mut anemone_mil::FunctionBuilder,
     kv: anemone_mil::Var,
     k: anemone_mil::Var,
@@ -170,4 +157,60 @@ pub fn attention_heads(
         );
     }
     outs
+}
+
+/// A KV-cached attention step as the converter writes it: the cache `kv [2, 1, d, slots]`
+/// (K in row 0, V in row 1) gets `cols` columns of `k`, `v` written at `pos`, then `heads`
+/// query heads of `cols` columns each run the six attention ops over windows of the updated
+/// cache (widened to f32 first when `widen`, as fp32 programs do). Inputs `q0…`, `k`, `v`,
+/// `mask`, `pos` of `dtype` (k, v cast to the cache's fp16 when f32); output the heads
+/// concatenated.
+pub fn kv_attention_step(
+    name: &str,
+    dtype: anemone_mil::DType,
+    widen: bool,
+    (heads, d, slots, cols): (usize, usize, usize, usize),
+) -> anemone_mil::Function {
+    use anemone_mil::{DType, FunctionBuilder, TensorType};
+    let mut f = FunctionBuilder::new(name);
+    let columns = |f: &mut FunctionBuilder, name: &str| {
+        f.input(name, TensorType::new(dtype, [1, 1, d, cols]))
+            .unwrap()
+    };
+    let qs: Vec<_> = (0..heads)
+        .map(|h| columns(&mut f, &format!("q{h}")))
+        .collect();
+    let (k, v) = (columns(&mut f, "k"), columns(&mut f, "v"));
+    let mask = f
+        .input("mask", TensorType::new(dtype, [1, 1, cols, slots]))
+        .unwrap();
+    let pos = f.input("pos", TensorType::new(DType::I32, [1])).unwrap();
+    let kv = f
+        .state("kv", TensorType::new(DType::F16, [2, 1, d, slots]))
+        .unwrap();
+    let (k, v) = if dtype == DType::F16 {
+        (k, v)
+    } else {
+        (
+            f.cast("k16", k, DType::F16).unwrap(),
+            f.cast("v16", v, DType::F16).unwrap(),
+        )
+    };
+    let with_v = kv_update(&mut f, kv, k, v, pos, d, cols);
+    let (d, s) = (d as i64, slots as i64);
+    let mut ks = f
+        .slice_by_index("ks", with_v, &[0, 0, 0, 0], &[1, 1, d, s], None)
+        .unwrap();
+    let mut vs = f
+        .slice_by_index("vs", with_v, &[1, 0, 0, 0], &[2, 1, d, s], None)
+        .unwrap();
+    if widen {
+        ks = f.cast("ks32", ks, DType::F32).unwrap();
+        vs = f.cast("vs32", vs, DType::F32).unwrap();
+    }
+    let outs = attention_heads(&mut f, &qs, ks, vs, mask);
+    let all = f.concat("heads", &outs, 2).unwrap();
+    f.write_state("write", kv, with_v).unwrap();
+    f.output(all).unwrap();
+    f.finish().unwrap()
 }
