@@ -362,6 +362,12 @@ impl Backend for CoreMlBackend {
         state.state = fresh;
     }
 
+    /// An `MLState` keeps each state in the dtype the model declares (the arrays it hands out
+    /// are the declared fp16 / fp32), so an element takes that dtype's bytes (at least one).
+    fn state_element_bytes(&self, dtype: DType) -> usize {
+        dtype.bits().div_ceil(8)
+    }
+
     fn predict(
         &self,
         package: &CoreMlPackage,
