@@ -321,6 +321,12 @@ impl<B: Backend> Pipeline<B> {
         self.tokenizer.as_ref()
     }
 
+    /// Moves the tokenizer out (for a caller that encodes once and then only decodes, and so
+    /// can free it); [`Pipeline::tokenizer`] is `None` afterwards.
+    pub fn take_tokenizer(&mut self) -> Option<TokenizerBundle> {
+        self.tokenizer.take()
+    }
+
     /// Tokens a session may hold.
     pub fn context(&self) -> usize {
         self.manifest.conversion.context
