@@ -1,6 +1,7 @@
 //! The `anemone` binary: one module per verb; `anyhow` at this edge only.
 
 mod cmd;
+mod memory;
 
 use clap::{ArgAction, Parser, Subcommand};
 use std::process::ExitCode;
@@ -90,17 +91,6 @@ fn restore_default_sigpipe() {
     // SAFETY: called first thing in main, before any thread exists; SIG_DFL is a valid handler.
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    }
-}
-
-/// Gives heap memory freed by now back to the OS. glibc returns only the free space at the top
-/// of its heap: megabytes of small blocks freed below live ones (a dropped tokenizer) would
-/// stay resident for the rest of the run. Elsewhere a no-op.
-pub(crate) fn release_freed_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only walks glibc's own free lists, under its arena locks.
-    unsafe {
-        libc::malloc_trim(0);
     }
 }
 

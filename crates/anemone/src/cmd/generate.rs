@@ -196,8 +196,10 @@ fn run_model<M: LogitsModel>(
     };
     options.sampler.validate()?;
     let mut stream = tokenizer.map(|b| TextStream::owning(b.tokenizer));
-    crate::release_freed_memory();
+    crate::memory::release_freed_heap();
     let mut model = load()?;
+    let released = crate::memory::release_loader_code();
+    tracing::debug!(bytes = released, "loader code unmapped");
 
     let stdout = std::io::stdout();
     let streaming = !args.json;
