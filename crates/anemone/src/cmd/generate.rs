@@ -282,6 +282,8 @@ fn run_bundle(args: &GenerateArgs) -> Result<()> {
     let options = PipelineOptions {
         host_threads: args.threads,
         verify_hashes: !args.no_verify,
+        // the tokenizer is dropped once the prompt is encoded (`run_model`)
+        tokenizer_after_packages: true,
     };
     let task = GenerateFromBundle {
         args,
