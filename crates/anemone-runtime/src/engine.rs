@@ -202,6 +202,7 @@ impl Engine {
             let options = PipelineOptions {
                 host_threads: choice.threads,
                 verify_hashes,
+                ..PipelineOptions::default()
             };
             let bundle = |source: PipelineError| EngineError::Bundle {
                 path: path.to_path_buf(),

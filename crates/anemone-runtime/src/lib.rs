@@ -30,6 +30,7 @@ pub mod prompt;
 pub mod sampler;
 pub mod stops;
 pub mod stream;
+pub mod token_bytes;
 
 pub use chat::{ChatMessage, ChatTemplate};
 pub use error::RuntimeError;
@@ -37,3 +38,4 @@ pub use generate::{continue_generation, generate, Generation, GenerationOptions,
 pub use model::LogitsModel;
 pub use sampler::{Sampler, SamplerConfig};
 pub use stream::TextStream;
+pub use token_bytes::TokenBytes;

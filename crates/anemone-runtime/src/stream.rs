@@ -3,10 +3,19 @@
 //! equals decoding all ids at once.
 
 use crate::error::RuntimeError;
+use crate::token_bytes::TokenBytes;
 use tokenizers::Tokenizer;
 
+/// What a [`TextStream`] decodes with.
+enum Source<'t> {
+    Borrowed(&'t Tokenizer),
+    Owned(Box<Tokenizer>),
+    /// The tokenizer's byte table; the tokenizer itself was dropped.
+    Bytes(TokenBytes),
+}
+
 pub struct TextStream<'t> {
-    tokenizer: &'t Tokenizer,
+    source: Source<'t>,
     ids: Vec<u32>,
     /// Ids before this index are fully accounted for in `emitted`.
     prefix_offset: usize,
@@ -17,8 +26,12 @@ pub struct TextStream<'t> {
 
 impl<'t> TextStream<'t> {
     pub fn new(tokenizer: &'t Tokenizer) -> Self {
+        Self::from_source(Source::Borrowed(tokenizer))
+    }
+
+    fn from_source(source: Source<'t>) -> Self {
         Self {
-            tokenizer,
+            source,
             ids: Vec::new(),
             prefix_offset: 0,
             read_offset: 0,
@@ -26,14 +39,25 @@ impl<'t> TextStream<'t> {
         }
     }
 
+    /// A stream that owns its decoding: a byte-level BPE tokenizer becomes its token-byte table
+    /// (the same text, ~1/16 of the memory) and is dropped here; any other tokenizer is kept.
+    pub fn owning(tokenizer: Tokenizer) -> TextStream<'static> {
+        TextStream::from_source(match TokenBytes::of(&tokenizer) {
+            Some(table) => Source::Bytes(table),
+            None => Source::Owned(Box::new(tokenizer)),
+        })
+    }
+
+    /// Whether the stream still holds a whole tokenizer (else only its token-byte table).
+    pub fn holds_tokenizer(&self) -> bool {
+        !matches!(self.source, Source::Bytes(_))
+    }
+
     /// Adds one token; returns the text it completes, if any.
     pub fn push(&mut self, id: u32) -> Result<Option<String>, RuntimeError> {
         self.ids.push(id);
-        let prefix = decode(
-            self.tokenizer,
-            &self.ids[self.prefix_offset..self.read_offset],
-        )?;
-        let full = decode(self.tokenizer, &self.ids[self.prefix_offset..])?;
+        let prefix = self.decode(&self.ids[self.prefix_offset..self.read_offset])?;
+        let full = self.decode(&self.ids[self.prefix_offset..])?;
         if full.len() > prefix.len() && !full.ends_with('\u{FFFD}') {
             if let Some(new) = full.get(prefix.len()..) {
                 self.prefix_offset = self.read_offset;
@@ -64,15 +88,21 @@ impl<'t> TextStream<'t> {
 
     /// All ids decoded at once (special tokens skipped).
     pub fn text(&self) -> Result<String, RuntimeError> {
-        decode(self.tokenizer, &self.ids)
+        self.decode(&self.ids)
     }
-}
 
-fn decode(tokenizer: &Tokenizer, ids: &[u32]) -> Result<String, RuntimeError> {
-    tokenizer
-        .decode(ids, true)
-        .map_err(|e| RuntimeError::Tokenizer {
-            operation: "decode",
-            problem: e.to_string(),
-        })
+    /// `ids` as text, special tokens skipped.
+    fn decode(&self, ids: &[u32]) -> Result<String, RuntimeError> {
+        let tokenizer = match &self.source {
+            Source::Borrowed(t) => *t,
+            Source::Owned(t) => t,
+            Source::Bytes(table) => return Ok(table.decode(ids)),
+        };
+        tokenizer
+            .decode(ids, true)
+            .map_err(|e| RuntimeError::Tokenizer {
+                operation: "decode",
+                problem: e.to_string(),
+            })
+    }
 }

@@ -65,6 +65,7 @@ fn a_shared_reference_gives_the_same_reports_and_runs_once() {
     let pipeline_options = PipelineOptions {
         verify_hashes: false,
         host_threads: Some(1),
+        ..PipelineOptions::default()
     };
     let open = |precision| {
         Pipeline::open(&bundle, ExecutorBackend::new(precision), &pipeline_options).unwrap()

@@ -116,6 +116,7 @@ fn open(dir: &Path, verify_hashes: bool) -> (Pipeline<Recording>, Arc<Mutex<Call
     let options = PipelineOptions {
         verify_hashes,
         host_threads: Some(1),
+        ..PipelineOptions::default()
     };
     (Pipeline::open(dir, backend, &options).unwrap(), calls)
 }

@@ -1,6 +1,7 @@
 //! The `anemone` binary: one module per verb; `anyhow` at this edge only.
 
 mod cmd;
+mod memory;
 
 use clap::{ArgAction, Parser, Subcommand};
 use std::process::ExitCode;

@@ -105,6 +105,12 @@ pub struct PipelineOptions {
     /// executor of the same `--threads` runs its matvecs on too (no oversubscription); `None`
     /// = as many as the global rayon pool.
     pub host_threads: Option<usize>,
+    /// Load the tokenizer after the packages, not before (default off): for a caller that
+    /// frees it once the prompt is encoded (`generate`), its blocks then lie above the
+    /// packages' in the heap and are freed as one stretch the allocator can return, not as
+    /// holes between the packages' blocks that stay resident. A caller that keeps it would
+    /// only add its parse's transient (tens of MiB of small blocks) on top of all else loaded.
+    pub tokenizer_after_packages: bool,
 }
 
 impl Default for PipelineOptions {
@@ -112,6 +118,7 @@ impl Default for PipelineOptions {
         PipelineOptions {
             verify_hashes: true,
             host_threads: None,
+            tokenizer_after_packages: false,
         }
     }
 }
@@ -218,8 +225,12 @@ impl<B: Backend> Pipeline<B> {
         let verify_s = opened.elapsed().as_secs_f64();
         let host_started = std::time::Instant::now();
         let host = HostWeights::load(dir, &manifest)?;
-        let tokenizer = host::load_tokenizer(dir, &manifest)?;
-        let host_s = host_started.elapsed().as_secs_f64();
+        let mut tokenizer = if options.tokenizer_after_packages {
+            None
+        } else {
+            host::load_tokenizer(dir, &manifest)?
+        };
+        let mut host_s = host_started.elapsed().as_secs_f64();
         let packages_started = std::time::Instant::now();
         let activation_dtype = manifest.conversion.precision.dtype();
         let mut compile_s = 0.0;
@@ -264,6 +275,11 @@ impl<B: Backend> Pipeline<B> {
             None => None,
         };
         let packages_s = packages_started.elapsed().as_secs_f64() - compile_s;
+        if options.tokenizer_after_packages {
+            let tokenizer_started = std::time::Instant::now();
+            tokenizer = host::load_tokenizer(dir, &manifest)?;
+            host_s += tokenizer_started.elapsed().as_secs_f64();
+        }
         let host_team = match options.host_threads {
             Some(threads) => {
                 Some(
@@ -319,6 +335,12 @@ impl<B: Backend> Pipeline<B> {
 
     pub fn tokenizer(&self) -> Option<&TokenizerBundle> {
         self.tokenizer.as_ref()
+    }
+
+    /// Moves the tokenizer out (for a caller that encodes once and then only decodes, and so
+    /// can free it); [`Pipeline::tokenizer`] is `None` afterwards.
+    pub fn take_tokenizer(&mut self) -> Option<TokenizerBundle> {
+        self.tokenizer.take()
     }
 
     /// Tokens a session may hold.

@@ -88,6 +88,7 @@ pub fn run(args: BisectChildArgs) -> Result<()> {
     let options = PipelineOptions {
         verify_hashes: false,
         host_threads: args.threads,
+        ..PipelineOptions::default()
     };
     let task = ChildTask {
         args: &args,

@@ -284,6 +284,7 @@ fn gate_one(
     let pipeline_options = PipelineOptions {
         verify_hashes: !args.no_verify,
         host_threads: args.threads,
+        ..PipelineOptions::default()
     };
     let task = GateOnBundle {
         bundle,

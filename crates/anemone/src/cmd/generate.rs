@@ -144,27 +144,35 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     if args.backend.is_some() {
         bail!("--backend applies to bundles; a checkpoint runs the fp32 reference forward");
     }
-    let checkpoint = load_checkpoint(&args)?;
-    let tokenizer = checkpoint.tokenizer.as_ref();
-    let stop_ids = prompt::stop_ids(&checkpoint.config.eos_token_ids, tokenizer);
+    let mut checkpoint = load_checkpoint(&args)?;
+    let stop_ids = prompt::stop_ids(
+        &checkpoint.config.eos_token_ids,
+        checkpoint.tokenizer.as_ref(),
+    );
+    let tokenizer = checkpoint.tokenizer.take();
     run_model(&args, tokenizer, stop_ids, || {
         load_reference(&checkpoint, &args)
     })
 }
 
 /// Encodes the prompt, loads the model (after the prompt is known to encode) and generates.
+/// The tokenizer is needed whole only to encode the prompt: the text stream keeps what decoding
+/// needs (a byte-level BPE's token bytes, ~1/16 of the tokenizer) and the rest is freed and
+/// given back to the OS before the model is loaded.
 fn run_model<M: LogitsModel>(
     args: &GenerateArgs,
-    tokenizer: Option<&TokenizerBundle>,
+    tokenizer: Option<TokenizerBundle>,
     stop_ids: Vec<u32>,
     load: impl FnOnce() -> Result<M>,
 ) -> Result<()> {
     let prompt_ids = match (&args.prompt, &args.prompt_ids) {
         (_, Some(ids)) => ids.clone(),
         (Some(text), None) => {
-            let bundle = tokenizer.ok_or(anemone_runtime::RuntimeError::NoTokenizer {
-                needed_for: "--prompt",
-            })?;
+            let bundle = tokenizer
+                .as_ref()
+                .ok_or(anemone_runtime::RuntimeError::NoTokenizer {
+                    needed_for: "--prompt",
+                })?;
             if args.chat {
                 prompt::encode_chat(bundle, text)?
             } else {
@@ -187,10 +195,13 @@ fn run_model<M: LogitsModel>(
         stop_ids,
     };
     options.sampler.validate()?;
+    let mut stream = tokenizer.map(|b| TextStream::owning(b.tokenizer));
+    crate::memory::release_freed_heap();
     let mut model = load()?;
+    let released = crate::memory::release_loader_code();
+    tracing::debug!(bytes = released, "loader code unmapped");
 
     let stdout = std::io::stdout();
-    let mut stream = tokenizer.map(|b| TextStream::new(&b.tokenizer));
     let streaming = !args.json;
     let mut on_token = |id: u32| -> Result<(), anemone_runtime::RuntimeError> {
         let piece = match stream.as_mut() {
@@ -271,6 +282,8 @@ fn run_bundle(args: &GenerateArgs) -> Result<()> {
     let options = PipelineOptions {
         host_threads: args.threads,
         verify_hashes: !args.no_verify,
+        // the tokenizer is dropped once the prompt is encoded (`run_model`)
+        tokenizer_after_packages: true,
     };
     let task = GenerateFromBundle {
         args,
@@ -303,10 +316,10 @@ impl PipelineTask for GenerateFromBundle<'_> {
             backend = %self.choice.kind,
             "bundle ready"
         );
-        let session = pipeline.session()?;
-        run_model(self.args, pipeline.tokenizer(), pipeline.stop_ids(), || {
-            Ok(session)
-        })
+        let mut pipeline = pipeline;
+        let tokenizer = pipeline.take_tokenizer();
+        let stop_ids = pipeline.stop_ids();
+        run_model(self.args, tokenizer, stop_ids, || Ok(pipeline.session()?))
     }
 }
 
