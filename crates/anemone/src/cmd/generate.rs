@@ -198,8 +198,6 @@ fn run_model<M: LogitsModel>(
     let mut stream = tokenizer.map(|b| TextStream::owning(b.tokenizer));
     crate::memory::release_freed_heap();
     let mut model = load()?;
-    let released = crate::memory::release_loader_code();
-    tracing::debug!(bytes = released, "loader code unmapped");
 
     let stdout = std::io::stdout();
     let streaming = !args.json;
