@@ -548,6 +548,8 @@ pub unsafe fn dots<'w>(
 ) -> bool {
     let per = first.per();
     let (k4, k1) = (kernel::<4>(first, fp16), kernel::<1>(first, fp16));
+    // the split kernels of the layout, for passes whose rows all split (their least level)
+    let (s4, s1) = (split::kernels::<4>(first), split::kernels::<1>(first));
     let mut groups = dst.chunks_exact_mut(4);
     let mut i = start;
     for out in groups.by_ref() {
@@ -557,9 +559,10 @@ pub unsafe fn dots<'w>(
             return false;
         };
         let rows = [a, b, c, d];
-        out.copy_from_slice(&match k4 {
-            Some(k) => k(&rows.each_ref().map(parts), x, per),
-            None => dot(&rows, x, fp16),
+        let level = rows.iter().map(split::level).min().unwrap_or_default();
+        out.copy_from_slice(&match (split::pick(level, s4), k4) {
+            (Some(k), _) | (None, Some(k)) => k(&rows.each_ref().map(parts), x, per),
+            (None, None) => dot(&rows, x, fp16),
         });
         i += 4;
     }
@@ -567,9 +570,10 @@ pub unsafe fn dots<'w>(
         let Some(row) = row_of(i) else {
             return false;
         };
-        *d = match k1 {
-            Some(k) => k(&[parts(&row)], x, per)[0],
-            None => dot(&[row], x, fp16)[0],
+        let level = split::level(&row);
+        *d = match (split::pick(level, s1), k1) {
+            (Some(k), _) | (None, Some(k)) => k(&[parts(&row)], x, per)[0],
+            (None, None) => dot(&[row], x, fp16)[0],
         };
         i += 1;
     }
@@ -670,3 +674,6 @@ pub unsafe fn expand(row: &Row, out: &mut [f32], fp16: bool) {
 
 #[path = "quant_fp16.rs"]
 pub(super) mod fp16;
+
+#[path = "quant_split.rs"]
+mod split;
