@@ -2,7 +2,7 @@
 //! with fp16 offsets, on a weight that stays in cache (the kernel's arithmetic, not memory):
 //! the minimum over interleaved trials, robust to other load on the machine.
 //!
-//! `cargo run --release -p anemone-exec --example split_bench [rows cols]`
+//! `cargo run --release -p anemone-exec --example split_bench [rows cols [trials]]`
 
 use std::time::Instant;
 
@@ -14,9 +14,10 @@ fn main() {
         .skip(1)
         .filter_map(|a| a.parse().ok())
         .collect();
-    let (rows, k) = match args[..] {
-        [r, c, ..] => (r, c),
-        _ => (256, 576),
+    let (rows, k, trials) = match args[..] {
+        [r, c, t, ..] => (r, c, t),
+        [r, c] => (r, c, 200),
+        _ => (256, 576, 200),
     };
     let per = 32;
     let blocks = k / per;
@@ -47,7 +48,7 @@ fn main() {
     let mut dst = vec![0.0f32; rows];
     let mut best = [f64::INFINITY; 4];
     let mut sums = [0.0f32; 4];
-    for _ in 0..200 {
+    for _ in 0..trials {
         for (n, &(_, grid, s)) in kinds.iter().enumerate() {
             let t = Instant::now();
             for _ in 0..10 {
@@ -61,7 +62,11 @@ fn main() {
                                 quant::Offsets::F16(&offsets[i * blocks..(i + 1) * blocks])
                             }),
                             round_shift: true,
-                            split: s && split,
+                            split: match (s && split, grid) {
+                                (false, _) => quant::Split::No,
+                                (true, true) => quant::Split::Rounds,
+                                (true, false) => quant::Split::Exact,
+                            },
                         },
                         per,
                     })

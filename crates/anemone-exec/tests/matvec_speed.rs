@@ -148,7 +148,14 @@ fn matvec_throughput() {
                             .then(|| quant::Offsets::F16(&offsets[r * blocks..(r + 1) * blocks])),
                         round_shift: true,
                         // every scale and offset here passes `quant::splits`
-                        split: name.contains("split") && quant::split_used(),
+                        split: match (
+                            name.contains("split") && quant::split_used(),
+                            name.contains("grid"),
+                        ) {
+                            (false, _) => quant::Split::No,
+                            (true, true) => quant::Split::Rounds,
+                            (true, false) => quant::Split::Exact,
+                        },
                     };
                     Some(match name {
                         "int4" => quant::Row::Nibbles {

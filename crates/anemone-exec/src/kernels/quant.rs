@@ -12,7 +12,9 @@
 //! its value does not depend on its neighbours. Rows these kernels do not cover (no AVX-512
 //! F/BW/VL/VBMI, a row length not a multiple of 32, blocks not a multiple of 16 columns) take
 //! the row-forming path in `packed.rs`. On a CPU with AVX512-FP16, 8-bit rows are formed in
-//! fp16 arithmetic, 32 values an instruction (`quant_fp16.rs`, which shows the values equal).
+//! fp16 arithmetic, 32 values an instruction (`quant_fp16.rs`, which shows the values equal);
+//! elsewhere 8-bit rows whose blocks all pass [`splits`] (checked at load, [`split_levels`])
+//! round to fp16 by splitting in f32 operations (`quant_split.rs`), the same values.
 
 use half::f16;
 use rayon::prelude::*;

@@ -10,7 +10,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{Offsets, Row, ShiftScale, Tables};
+use super::{Offsets, Row, ShiftScale, Split, Tables};
 
 /// How a block's offset enters: none, rounded to fp16 after the subtraction, or fp32
 /// (promoting, not rounded).
@@ -531,8 +531,11 @@ fn kernel<const R: usize>(row: &Row, fp16: bool) -> Option<Kernel<R>> {
 }
 
 /// `dst[r] = dot(row_of(start + r), x)` for every `r`, four rows a pass (the rest one at a
-/// time), each row's value [`dot`]'s; the kernel chosen once from `first`'s layout. `false`
-/// (and `dst` unspecified) when `row_of` returns `None` for a row.
+/// time), each row's value [`dot`]'s; the kernels chosen once from `first`'s layout. Rows of
+/// 8-bit layouts the split kernels take are queued by their [`Split`] level, four of one
+/// level a pass (the rest one at a time at the end): the split kernels for rows that split,
+/// the others for the rest. `false` (and `dst` unspecified) when `row_of` returns `None` for
+/// a row.
 ///
 /// # Safety
 /// As [`dot`] for `first` and every row `row_of` returns (covered, `first`'s layout, `x.len()`
@@ -548,8 +551,43 @@ pub unsafe fn dots<'w>(
 ) -> bool {
     let per = first.per();
     let (k4, k1) = (kernel::<4>(first, fp16), kernel::<1>(first, fp16));
-    // the split kernels of the layout, for passes whose rows all split (their least level)
+    // the split kernels of the layout, for rows whose every block splits (`Split` levels)
     let (s4, s1) = (split::kernels::<4>(first), split::kernels::<1>(first));
+    let run4 = |level: Split, rows: &[Row; 4]| match (split::pick(level, s4), k4) {
+        (Some(k), _) | (None, Some(k)) => k(&rows.each_ref().map(parts), x, per),
+        (None, None) => dot(rows, x, fp16),
+    };
+    let run1 = |level: Split, row: Row| match (split::pick(level, s1), k1) {
+        (Some(k), _) | (None, Some(k)) => k(&[parts(&row)], x, per)[0],
+        (None, None) => dot(&[row], x, fp16)[0],
+    };
+    if s4.is_some() {
+        // rows queued by level, four of one level a pass (a row's value never depends on
+        // its pass-mates), the rest one at a time at the end
+        let mut queues: [Vec<(usize, Row)>; 3] = Default::default();
+        for n in 0..dst.len() {
+            let Some(row) = row_of(start + n) else {
+                return false;
+            };
+            let level = split::level(&row);
+            let q = &mut queues[level as usize];
+            q.push((n, row));
+            if let [(a, ra), (b, rb), (c, rc), (d, rd)] = q[..] {
+                let v = run4(level, &[ra, rb, rc, rd]);
+                (dst[a], dst[b], dst[c], dst[d]) = (v[0], v[1], v[2], v[3]);
+                q.clear();
+            }
+        }
+        for (level, q) in [Split::No, Split::Rounds, Split::Exact]
+            .into_iter()
+            .zip(queues)
+        {
+            for (n, row) in q {
+                dst[n] = run1(level, row);
+            }
+        }
+        return true;
+    }
     let mut groups = dst.chunks_exact_mut(4);
     let mut i = start;
     for out in groups.by_ref() {
@@ -558,23 +596,14 @@ pub unsafe fn dots<'w>(
         else {
             return false;
         };
-        let rows = [a, b, c, d];
-        let level = rows.iter().map(split::level).min().unwrap_or_default();
-        out.copy_from_slice(&match (split::pick(level, s4), k4) {
-            (Some(k), _) | (None, Some(k)) => k(&rows.each_ref().map(parts), x, per),
-            (None, None) => dot(&rows, x, fp16),
-        });
+        out.copy_from_slice(&run4(Split::No, &[a, b, c, d]));
         i += 4;
     }
     for d in groups.into_remainder() {
         let Some(row) = row_of(i) else {
             return false;
         };
-        let level = split::level(&row);
-        *d = match (split::pick(level, s1), k1) {
-            (Some(k), _) | (None, Some(k)) => k(&[parts(&row)], x, per)[0],
-            (None, None) => dot(&[row], x, fp16)[0],
-        };
+        *d = run1(Split::No, row);
         i += 1;
     }
     true

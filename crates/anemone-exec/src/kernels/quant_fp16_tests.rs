@@ -262,7 +262,7 @@ impl Weight {
                 _ => None,
             },
             round_shift: true,
-            split: false,
+            split: super::super::super::Split::No,
         };
         let codes = &self.codes[i * self.k..(i + 1) * self.k];
         if nibbles {
