@@ -562,13 +562,11 @@ pub unsafe fn dots<'w>(
         (None, None) => dot(&[row], x, fp16)[0],
     };
     if s4.is_some() {
-        // rows queued by level, four of one level a pass (a row's value never depends on
+        // four consecutive rows of one level a pass (the usual case); the rows of mixed
+        // passes queued by level, four of one level a pass (a row's value never depends on
         // its pass-mates), the rest one at a time at the end
         let mut queues: [Vec<(usize, Row)>; 3] = Default::default();
-        for n in 0..dst.len() {
-            let Some(row) = row_of(start + n) else {
-                return false;
-            };
+        let mut queue = |n: usize, row: Row<'w>, dst: &mut [f32]| {
             let level = split::level(&row);
             let q = &mut queues[level as usize];
             q.push((n, row));
@@ -577,6 +575,29 @@ pub unsafe fn dots<'w>(
                 (dst[a], dst[b], dst[c], dst[d]) = (v[0], v[1], v[2], v[3]);
                 q.clear();
             }
+        };
+        let whole = dst.len() / 4 * 4;
+        for n in (0..whole).step_by(4) {
+            let i = start + n;
+            let (Some(a), Some(b), Some(c), Some(d)) =
+                (row_of(i), row_of(i + 1), row_of(i + 2), row_of(i + 3))
+            else {
+                return false;
+            };
+            let level = split::level(&a);
+            if [&b, &c, &d].into_iter().all(|r| split::level(r) == level) {
+                dst[n..n + 4].copy_from_slice(&run4(level, &[a, b, c, d]));
+            } else {
+                for (m, row) in [a, b, c, d].into_iter().enumerate() {
+                    queue(n + m, row, dst);
+                }
+            }
+        }
+        for n in whole..dst.len() {
+            let Some(row) = row_of(start + n) else {
+                return false;
+            };
+            queue(n, row, dst);
         }
         for (level, q) in [Split::No, Split::Rounds, Split::Exact]
             .into_iter()

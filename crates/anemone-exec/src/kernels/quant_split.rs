@@ -130,6 +130,9 @@ pub(super) unsafe fn dot_bytes<
 ) -> [f32; R] {
     let k = x.len();
     let (mut run, blocks) = ([_mm512_setzero_ps(); R], k / per);
+    // `C · s` and the widened offsets of the next 16 blocks of each row, loaded with the
+    // scales' run (every 16th block), a lane picked per block
+    let (mut sc_run, mut o_run) = ([_mm512_setzero_ps(); R], [_mm512_setzero_ps(); R]);
     let c = _mm512_set1_ps(SPLITTER);
     dot_rows::<Block, R, WHOLE, 32>(
         p,
@@ -137,17 +140,30 @@ pub(super) unsafe fn dot_bytes<
         per,
         x,
         |b| {
-            // SAFETY: every row's scales (and fp16 offsets for ROUNDED) hold `blocks`
+            // SAFETY: every row's scales (and fp16 offsets unless NO_OFFSET) hold `blocks`
             // blocks, `b < blocks`, blocks asked for in order (`walk`).
             let s = unsafe { scales(p, blocks, b, &mut run) };
+            if b.is_multiple_of(16) {
+                let left = (blocks - b).min(16);
+                let mask = (((1u32 << left) - 1) & 0xFFFF) as __mmask16;
+                for r in 0..R {
+                    sc_run[r] = _mm512_mul_ps(run[r], c);
+                    if OFF != NO_OFFSET {
+                        // SAFETY: as above: offsets `b..b + left` of the row exist (a
+                        // masked load reads no others); fp16 widened exactly
+                        let bits = unsafe {
+                            _mm256_maskz_loadu_epi16(mask, p[r].offsets16.add(b) as *const i16)
+                        };
+                        o_run[r] = _mm512_cvtph_ps(bits);
+                    }
+                }
+            }
+            let lane = _mm512_set1_epi32((b % 16) as i32);
             std::array::from_fn(|r| Block {
                 s: s[r],
-                sc: _mm512_mul_ps(s[r], c),
+                sc: _mm512_permutexvar_ps(lane, sc_run[r]),
                 o: if OFF != NO_OFFSET {
-                    // SAFETY: as above (fp16 offsets, non-null for ROUNDED); an fp16 offset
-                    // widened exactly, broadcast
-                    let o = unsafe { *p[r].offsets16.add(b) };
-                    _mm512_cvtph_ps(_mm256_set1_epi16(o as i16))
+                    _mm512_permutexvar_ps(lane, o_run[r])
                 } else {
                     _mm512_setzero_ps()
                 },
