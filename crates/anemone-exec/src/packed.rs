@@ -236,8 +236,8 @@ impl Scratch {
 }
 
 /// Each row group's least [`quant::split_level`] over its blocks, for 8-bit `dtype` data
-/// with these fp16 scales and offsets (fp16 ones, or none) where the split kernels run (a
-/// cost at load otherwise paid for nothing); else empty (no row is formed by splitting).
+/// with these fp16 scales and fp16 offsets where the split kernels run (a cost at load
+/// otherwise paid for nothing); else empty (no row is formed by splitting).
 fn split_levels(
     dtype: DType,
     scale: &TensorData,
@@ -254,7 +254,9 @@ fn split_levels(
     }
     let scales = Halves::of(scale);
     let offsets = match offset {
-        None => None,
+        // symmetric rows stay on the f32 kernels: split, they were no faster end to end on an
+        // Ice Lake server (slower in the streaming benchmark `tests/matvec_speed.rs`)
+        None => return Vec::new(),
         Some(OffsetValues::F16(o)) => Some(o.as_slice()),
         Some(OffsetValues::F32(_)) => return Vec::new(),
     };
