@@ -30,6 +30,9 @@ pub(crate) enum WeightData {
         offset: Option<OffsetValues>,
         offset_promotes: bool,
         blocks: Blocks,
+        /// Each row group's least [`quant::split_level`] over its blocks, for 8-bit data where
+        /// the split kernels run (else empty: none split).
+        split: Vec<quant::Split>,
     },
     /// `lut[block, index]`, fp16 palettes of `palette` entries.
     Lut {
@@ -152,13 +155,18 @@ impl Blocks {
     /// Block of element `(row, 0)`; column `c` is `c / cols_per` blocks further.
     #[inline]
     fn row(&self, row: usize) -> usize {
+        self.group(row) * self.col_blocks
+    }
+
+    /// The row group (rows sharing their blocks' parameters) of `row`.
+    #[inline]
+    fn group(&self, row: usize) -> usize {
         // one block of rows per row (the usual layout) needs no division, run per row
-        let group = if self.rows_per == 1 {
+        if self.rows_per == 1 {
             row
         } else {
             row / self.rows_per
-        };
-        group * self.col_blocks
+        }
     }
 }
 
@@ -227,6 +235,34 @@ impl Scratch {
     }
 }
 
+/// Each row group's least [`quant::split_level`] over its blocks, for 8-bit `dtype` data
+/// with these fp16 scales and fp16 offsets where the split kernels run (a cost at load
+/// otherwise paid for nothing); else empty (no row is formed by splitting).
+fn split_levels(
+    dtype: DType,
+    scale: &TensorData,
+    offset: Option<&OffsetValues>,
+    blocks: &Blocks,
+) -> Vec<quant::Split> {
+    let signed = match dtype {
+        DType::I8 => true,
+        DType::U8 => false,
+        _ => return Vec::new(),
+    };
+    if !quant::split_used() {
+        return Vec::new();
+    }
+    let scales = Halves::of(scale);
+    let offsets = match offset {
+        // symmetric rows stay on the f32 kernels: split, they were no faster end to end on an
+        // Ice Lake server (slower in the streaming benchmark `tests/matvec_speed.rs`)
+        None => return Vec::new(),
+        Some(OffsetValues::F16(o)) => Some(o.as_slice()),
+        Some(OffsetValues::F32(_)) => return Vec::new(),
+    };
+    quant::split_levels(signed, scales.as_slice(), offsets, blocks.col_blocks)
+}
+
 /// A pointwise projection weight shape: `[O, I]` or `[O, I, 1, …]`.
 fn pointwise(shape: &[usize]) -> bool {
     shape.len() >= 2 && shape[2..].iter().all(|&d| d == 1)
@@ -265,14 +301,21 @@ impl HalfWeight {
             }
         }
         let blocks = Blocks::new(data.shape(), scale.shape())?;
+        let offset_promotes = offset.is_some_and(|o| o.dtype() == DType::F32);
+        let offset = offset.map(OffsetValues::of);
+        let split = match offset_promotes {
+            true => Vec::new(),
+            false => split_levels(data.dtype(), scale, offset.as_ref(), &blocks),
+        };
         Some(HalfWeight {
             shape: data.shape().to_vec(),
             data: WeightData::ShiftScale {
                 data: data.clone(),
                 scale: scale.clone(),
-                offset: offset.map(OffsetValues::of),
-                offset_promotes: offset.is_some_and(|o| o.dtype() == DType::F32),
+                offset,
+                offset_promotes,
                 blocks,
+                split,
             },
         })
     }
@@ -334,6 +377,7 @@ impl HalfWeight {
                 offset,
                 offset_promotes,
                 blocks,
+                ..
             } => {
                 // shift_scale_element, a row at a time: integer data is exact in fp16, so
                 // `r16(v) = v`; with an fp16 scale the final fp16 cast absorbs the product's
@@ -436,12 +480,14 @@ impl HalfWeight {
                 offset,
                 offset_promotes,
                 blocks,
+                ..
             } => {
                 let how = quant::ShiftScale {
                     signed: matches!(data.dtype(), DType::I8 | DType::I4),
                     scales: scale.bytes(),
                     offsets: offset.as_ref().map(OffsetValues::view),
                     round_shift: !offset_promotes,
+                    split: quant::Split::No,
                 };
                 let per = blocks.cols_per;
                 let all = match data.dtype() {
@@ -479,7 +525,11 @@ impl HalfWeight {
         if blocks.cols_per == 0 || k / blocks.cols_per != blocks.col_blocks {
             return None;
         }
-        quant::Weight::new(all, k, blocks.rows_per)
+        let split = match &self.data {
+            WeightData::ShiftScale { split, .. } => &split[..],
+            _ => &[],
+        };
+        Some(quant::Weight::new(all, k, blocks.rows_per)?.with_split(split))
     }
 
     /// Row `i` as the fused kernels read it, when the weight is one they take: 8-bit data or
@@ -496,6 +546,7 @@ impl HalfWeight {
                 offset,
                 offset_promotes,
                 blocks,
+                split,
             } => {
                 let g = blocks.row(i);
                 let nb = blocks.col_blocks;
@@ -507,6 +558,7 @@ impl HalfWeight {
                         None => None,
                     },
                     round_shift: !offset_promotes,
+                    split: split.get(blocks.group(i)).copied().unwrap_or_default(),
                 };
                 let per = blocks.cols_per;
                 match data.dtype() {

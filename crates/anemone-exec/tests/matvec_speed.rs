@@ -111,7 +111,24 @@ fn matvec_throughput() {
     let palettes: Vec<f16> = (0..16 * rows)
         .map(|i| f16::from_f32(((i * 31 % 17) as f32 - 8.0) / 100.0))
         .collect();
-    for (name, bytes_per_weight) in [("int8", 1.0), ("int4", 0.5), ("lut4", 0.5)] {
+    // grid-like fp16 offsets (non-integer, as least-squares offsets are), every block passing
+    // `quant::splits` (the claim of the "split" rows)
+    let offsets: Vec<u16> = (0..scales.len() / 2)
+        .map(|i| f16::from_f32(-20.25 + (i % 41) as f32 * 0.75).to_bits())
+        .collect();
+    assert!(scales.chunks_exact(2).zip(&offsets).all(|(s, &o)| {
+        let s = f16::from_le_bytes([s[0], s[1]]);
+        quant::splits(true, s, None) && quant::splits(true, s, Some(f16::from_bits(o)))
+    }));
+    let kinds = [
+        ("int8", 1.0),
+        ("int8 split", 1.0),
+        ("int8 grid", 1.0),
+        ("int8 grid split", 1.0),
+        ("int4", 0.5),
+        ("lut4", 0.5),
+    ];
+    for (name, bytes_per_weight) in kinds {
         let count = (working_set() / ((n as f64 * bytes_per_weight) as usize)).max(1);
         let row_bytes = (k as f64 * bytes_per_weight) as usize;
         let codes: Vec<u8> = (0..count * rows * row_bytes)
@@ -126,21 +143,32 @@ fn matvec_throughput() {
                     let how = quant::ShiftScale {
                         signed: true,
                         scales: scales.get(2 * r * blocks..2 * (r + 1) * blocks)?,
-                        offsets: None,
+                        offsets: name
+                            .contains("grid")
+                            .then(|| quant::Offsets::F16(&offsets[r * blocks..(r + 1) * blocks])),
                         round_shift: true,
+                        // every scale and offset here passes `quant::splits`
+                        split: match (
+                            name.contains("split") && quant::split_used(),
+                            name.contains("grid"),
+                        ) {
+                            (false, _) => quant::Split::No,
+                            (true, true) => quant::Split::Rounds,
+                            (true, false) => quant::Split::Exact,
+                        },
                     };
                     Some(match name {
-                        "int8" => quant::Row::Bytes { codes: c, how, per },
                         "int4" => quant::Row::Nibbles {
                             codes: c,
                             tables: quant::Tables::ShiftScale(how),
                             per,
                         },
-                        _ => quant::Row::Nibbles {
+                        "lut4" => quant::Row::Nibbles {
                             codes: c,
                             tables: quant::Tables::Palettes(&palettes[16 * i..16 * (i + 1)]),
                             per: k,
                         },
+                        _ => quant::Row::Bytes { codes: c, how, per },
                     })
                 });
                 assert!(ok || !quant::available());

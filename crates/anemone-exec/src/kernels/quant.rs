@@ -12,7 +12,9 @@
 //! its value does not depend on its neighbours. Rows these kernels do not cover (no AVX-512
 //! F/BW/VL/VBMI, a row length not a multiple of 32, blocks not a multiple of 16 columns) take
 //! the row-forming path in `packed.rs`. On a CPU with AVX512-FP16, 8-bit rows are formed in
-//! fp16 arithmetic, 32 values an instruction (`quant_fp16.rs`, which shows the values equal).
+//! fp16 arithmetic, 32 values an instruction (`quant_fp16.rs`, which shows the values equal);
+//! elsewhere 8-bit rows whose blocks all pass [`splits`] (checked at load, [`split_levels`])
+//! round to fp16 by splitting in f32 operations (`quant_split.rs`), the same values.
 
 use half::f16;
 use rayon::prelude::*;
@@ -42,6 +44,24 @@ pub struct ShiftScale<'a> {
     pub offsets: Option<Offsets<'a>>,
     /// `v - offset` is rounded to fp16 (an fp16 or integer offset; an fp32 one promotes).
     pub round_shift: bool,
+    /// How every block of this row passes [`split_level`] (the least level over its blocks,
+    /// checked by whoever sets it; [`Split::No`] is always safe): 8-bit rows may then be
+    /// formed by splitting (`quant_split.rs`), the same values. Ignored in a [`Weight`]'s
+    /// `all` row (its rows take theirs from [`Weight::with_split`]).
+    pub split: Split,
+}
+
+/// Whether the split kernels (`quant_split.rs`) form an 8-bit block, and how.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Split {
+    /// No: the f32 kernels form it.
+    #[default]
+    No,
+    /// Yes, `r16(v − o)` rounded by splitting too.
+    Rounds,
+    /// Yes, with `v − o` exact in fp16 (no offset, or an integer one with every `|v − o|`
+    /// at most 2048), so not rounded.
+    Exact,
 }
 
 /// The offsets of a row's blocks, one a block.
@@ -197,6 +217,143 @@ impl Row<'_> {
     }
 }
 
+/// Veltkamp's splitting constant for rounding an f32 value to fp16's 11 significant bits:
+/// `2^(24 − 11) + 1`.
+const SPLITTER: f32 = 8193.0;
+
+/// `r16(t · s)` by splitting, as the split kernels form it (`t`, `s` fp16 values, so `t · s`
+/// is exact in f32): `γ = t · (s · C)` (`s · C` exact: 11 + 14 bits fit in 24) is
+/// `fl(C · (t · s))`, `δ = fl(γ − t · s)` (one fused multiply-add), `γ − δ` the product
+/// rounded to 11 significant bits, to nearest even — fp16's rounding while the result is an
+/// fp16 normal below the overflow threshold, which [`splits`] guarantees. (Zeros keep the
+/// product's sign: `δ` is `+0` there.) Checked against `f16::from_f32` by the tests, and over
+/// every pair by `examples/split_exhaustive.rs`.
+#[inline]
+pub fn split_product(t: f32, s: f32) -> f32 {
+    let g = t * (s * SPLITTER);
+    let d = (-t).mul_add(s, g);
+    g - d
+}
+
+/// `r16(d)` by splitting, as the split kernels form `r16(v − o)` from the f32 difference `d`:
+/// `γ = fl(C · d)`, `γ − fl(γ − d)`, `d` rounded to 11 significant bits, to nearest even.
+#[inline]
+pub fn split_round(d: f32) -> f32 {
+    let g = d * SPLITTER;
+    g - (g - d)
+}
+
+const MIN_NORMAL: f64 = 1.0 / 16384.0;
+const OVERFLOW: f64 = 65520.0;
+
+/// The least nonzero and the largest `|y|` over a block's possible 8-bit data `v` (`signed`:
+/// −128..=127, else 0..=255), `y = r16(fl(v − o))` (or `v` without an offset), and whether
+/// every `v − o` is exact in fp16; `None` when some nonzero `|v − o|` lies outside
+/// `[2^-14, 65520)` (splitting would not round it as fp16 does). Both ends in O(1): the
+/// extremes of `|v − o|` over the integers of the data range, rounded (monotone) as the
+/// kernels round.
+fn data_range(signed: bool, offset: Option<f16>) -> Option<(f64, f64, bool)> {
+    let (lo, hi) = if signed {
+        (-128.0, 127.0)
+    } else {
+        (0.0, 255.0)
+    };
+    let Some(o) = offset else {
+        return Some((1.0, f64::max(-lo, hi), true));
+    };
+    let o = o.to_f64();
+    if !o.is_finite() {
+        return None;
+    }
+    let dmax = f64::max((lo - o).abs(), (hi - o).abs());
+    // the nearest data value to `o` that differs from it (all exact in f64)
+    let integer = o.fract() == 0.0;
+    let dmin = if o < lo {
+        lo - o
+    } else if o > hi {
+        o - hi
+    } else if integer {
+        1.0
+    } else {
+        f64::min(o - o.floor(), o.ceil() - o)
+    };
+    if dmin < MIN_NORMAL || dmax >= OVERFLOW {
+        return None;
+    }
+    // the kernels round the f32 difference (monotone, as is r16)
+    let r = |d: f64| f16::from_f32(d as f32).to_f64();
+    // integers up to 2048 are fp16 values
+    Some((r(dmin), r(dmax), integer && dmax <= 2048.0))
+}
+
+/// The level of `s` over data with range `range` ([`data_range`]).
+fn level_of(range: Option<(f64, f64, bool)>, scale: f16) -> Split {
+    let Some((ymin, ymax, exact)) = range else {
+        return Split::No;
+    };
+    let s = scale.to_f64().abs();
+    let ok = s.is_finite() && (s == 0.0 || (ymin * s >= MIN_NORMAL && ymax * s < OVERFLOW));
+    match (ok, exact) {
+        (false, _) => Split::No,
+        (true, false) => Split::Rounds,
+        (true, true) => Split::Exact,
+    }
+}
+
+/// Whether (and how) the split kernels form every value of a block of 8-bit data (`signed`:
+/// int8, else uint8) with fp16 scale `scale` and fp16 offset `offset` (`None`: no offset)
+/// exactly as `decompress` does: splitting rounds to 11 significant bits, which is fp16's
+/// rounding only for results that are zero or fp16 normals (≥ 2^-14) below 65520 (from
+/// there on fp16 rounds to infinity). So every nonzero `|v − o|` and `|r16(v − o) · s|` over
+/// the block's possible data `v` must lie in `[2^-14, 65520)`.
+pub fn split_level(signed: bool, scale: f16, offset: Option<f16>) -> Split {
+    level_of(data_range(signed, offset), scale)
+}
+
+/// Whether the split kernels form the block ([`split_level`] is not [`Split::No`]).
+pub fn splits(signed: bool, scale: f16, offset: Option<f16>) -> bool {
+    split_level(signed, scale, offset) != Split::No
+}
+
+/// The least [`split_level`] over each run of `per_row` blocks (a row group's) of 8-bit data
+/// with these fp16 scales and offsets (one a block): the same levels, from a table of
+/// [`data_range`] for every fp16 offset (built once), so a weight's check at load is a
+/// lookup and two products per block.
+pub fn split_levels(
+    signed: bool,
+    scales: &[f16],
+    offsets: Option<&[f16]>,
+    per_row: usize,
+) -> Vec<Split> {
+    use std::sync::OnceLock;
+    type Table = Vec<Option<(f64, f64, bool)>>;
+    static TABLES: [OnceLock<Table>; 2] = [OnceLock::new(), OnceLock::new()];
+    let table = TABLES[usize::from(signed)].get_or_init(|| {
+        (0..=u16::MAX)
+            .map(|o| data_range(signed, Some(f16::from_bits(o))))
+            .collect()
+    });
+    let plain = data_range(signed, None);
+    let level = |b: usize, s: f16| match offsets {
+        None => level_of(plain, s),
+        Some(o) => level_of(table[o[b].to_bits() as usize], s),
+    };
+    if per_row == 0 || offsets.is_some_and(|o| o.len() < scales.len()) {
+        return Vec::new();
+    }
+    scales
+        .chunks(per_row)
+        .enumerate()
+        .map(|(r, row)| {
+            let first = r * per_row;
+            (row.iter().enumerate())
+                .map(|(i, &s)| level(first + i, s))
+                .min()
+                .unwrap_or(Split::No)
+        })
+        .collect()
+}
+
 /// Whether this CPU runs the fused kernels, in the order of the fp16 dot it runs.
 pub fn available() -> bool {
     #[cfg(target_arch = "x86_64")]
@@ -213,6 +370,15 @@ pub fn available() -> bool {
                 && is_x86_feature_detected!("f16c")
         })
     }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// Whether the fused kernels run here and form 8-bit rows marked by [`ShiftScale::split`] by
+/// splitting (not on a CPU with AVX512-FP16: its fp16 arithmetic forms them faster).
+pub fn split_used() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return available() && !avx512::fp16::available();
     #[cfg(not(target_arch = "x86_64"))]
     false
 }
@@ -280,9 +446,17 @@ pub struct Weight<'w> {
     k: usize,
     rows_per: usize,
     blocks: usize,
+    /// Each row group's [`Split`] level (empty: [`Split::No`] for every row).
+    split: &'w [Split],
 }
 
 impl<'w> Weight<'w> {
+    /// The weight with each row group's split level (`split[g]` of rows `g · rows_per..`),
+    /// each the least [`split_level`] over the group's blocks ([`split_levels`]).
+    pub fn with_split(self, split: &'w [Split]) -> Self {
+        Weight { split, ..self }
+    }
+
     /// `None` when `k` is not a multiple of `all`'s block width or `rows_per` is 0.
     pub fn new(all: Row<'w>, k: usize, rows_per: usize) -> Option<Self> {
         let per = all.per();
@@ -291,6 +465,7 @@ impl<'w> Weight<'w> {
             k,
             rows_per,
             blocks: k / per,
+            split: &[],
         })
     }
 
@@ -305,8 +480,10 @@ impl<'w> Weight<'w> {
             i / self.rows_per
         };
         let g = group * nb;
+        let split = self.split.get(group).copied().unwrap_or_default();
         let how = |h: &ShiftScale<'w>| -> Option<ShiftScale<'w>> {
             Some(ShiftScale {
+                split,
                 scales: h.scales.get(2 * g..2 * (g + nb))?,
                 offsets: match h.offsets {
                     Some(o) => Some(o.get(g..g + nb)?),

@@ -10,7 +10,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{Offsets, Row, ShiftScale, Tables};
+use super::{Offsets, Row, ShiftScale, Split, Tables};
 
 /// How a block's offset enters: none, rounded to fp16 after the subtraction, or fp32
 /// (promoting, not rounded).
@@ -531,8 +531,11 @@ fn kernel<const R: usize>(row: &Row, fp16: bool) -> Option<Kernel<R>> {
 }
 
 /// `dst[r] = dot(row_of(start + r), x)` for every `r`, four rows a pass (the rest one at a
-/// time), each row's value [`dot`]'s; the kernel chosen once from `first`'s layout. `false`
-/// (and `dst` unspecified) when `row_of` returns `None` for a row.
+/// time), each row's value [`dot`]'s; the kernels chosen once from `first`'s layout. Rows of
+/// 8-bit layouts the split kernels take are queued by their [`Split`] level, four of one
+/// level a pass (the rest one at a time at the end): the split kernels for rows that split,
+/// the others for the rest. `false` (and `dst` unspecified) when `row_of` returns `None` for
+/// a row.
 ///
 /// # Safety
 /// As [`dot`] for `first` and every row `row_of` returns (covered, `first`'s layout, `x.len()`
@@ -548,6 +551,64 @@ pub unsafe fn dots<'w>(
 ) -> bool {
     let per = first.per();
     let (k4, k1) = (kernel::<4>(first, fp16), kernel::<1>(first, fp16));
+    // the split kernels of the layout, for rows whose every block splits (`Split` levels)
+    let (s4, s1) = (split::kernels::<4>(first), split::kernels::<1>(first));
+    let run4 = |level: Split, rows: &[Row; 4]| match (split::pick(level, s4), k4) {
+        (Some(k), _) | (None, Some(k)) => k(&rows.each_ref().map(parts), x, per),
+        (None, None) => dot(rows, x, fp16),
+    };
+    let run1 = |level: Split, row: Row| match (split::pick(level, s1), k1) {
+        (Some(k), _) | (None, Some(k)) => k(&[parts(&row)], x, per)[0],
+        (None, None) => dot(&[row], x, fp16)[0],
+    };
+    if s4.is_some() {
+        // four consecutive rows of one level a pass (the usual case); the rows of mixed
+        // passes queued by level, four of one level a pass (a row's value never depends on
+        // its pass-mates), the rest one at a time at the end
+        let mut queues: [Vec<(usize, Row)>; 3] = Default::default();
+        let mut queue = |n: usize, row: Row<'w>, dst: &mut [f32]| {
+            let level = split::level(&row);
+            let q = &mut queues[level as usize];
+            q.push((n, row));
+            if let [(a, ra), (b, rb), (c, rc), (d, rd)] = q[..] {
+                let v = run4(level, &[ra, rb, rc, rd]);
+                (dst[a], dst[b], dst[c], dst[d]) = (v[0], v[1], v[2], v[3]);
+                q.clear();
+            }
+        };
+        let whole = dst.len() / 4 * 4;
+        for n in (0..whole).step_by(4) {
+            let i = start + n;
+            let (Some(a), Some(b), Some(c), Some(d)) =
+                (row_of(i), row_of(i + 1), row_of(i + 2), row_of(i + 3))
+            else {
+                return false;
+            };
+            let level = split::level(&a);
+            if [&b, &c, &d].into_iter().all(|r| split::level(r) == level) {
+                dst[n..n + 4].copy_from_slice(&run4(level, &[a, b, c, d]));
+            } else {
+                for (m, row) in [a, b, c, d].into_iter().enumerate() {
+                    queue(n + m, row, dst);
+                }
+            }
+        }
+        for n in whole..dst.len() {
+            let Some(row) = row_of(start + n) else {
+                return false;
+            };
+            queue(n, row, dst);
+        }
+        for (level, q) in [Split::No, Split::Rounds, Split::Exact]
+            .into_iter()
+            .zip(queues)
+        {
+            for (n, row) in q {
+                dst[n] = run1(level, row);
+            }
+        }
+        return true;
+    }
     let mut groups = dst.chunks_exact_mut(4);
     let mut i = start;
     for out in groups.by_ref() {
@@ -556,21 +617,14 @@ pub unsafe fn dots<'w>(
         else {
             return false;
         };
-        let rows = [a, b, c, d];
-        out.copy_from_slice(&match k4 {
-            Some(k) => k(&rows.each_ref().map(parts), x, per),
-            None => dot(&rows, x, fp16),
-        });
+        out.copy_from_slice(&run4(Split::No, &[a, b, c, d]));
         i += 4;
     }
     for d in groups.into_remainder() {
         let Some(row) = row_of(i) else {
             return false;
         };
-        *d = match k1 {
-            Some(k) => k(&[parts(&row)], x, per)[0],
-            None => dot(&[row], x, fp16)[0],
-        };
+        *d = run1(Split::No, row);
         i += 1;
     }
     true
@@ -670,3 +724,6 @@ pub unsafe fn expand(row: &Row, out: &mut [f32], fp16: bool) {
 
 #[path = "quant_fp16.rs"]
 pub(super) mod fp16;
+
+#[path = "quant_split.rs"]
+mod split;

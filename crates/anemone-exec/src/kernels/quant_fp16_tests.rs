@@ -262,6 +262,7 @@ impl Weight {
                 _ => None,
             },
             round_shift: true,
+            split: super::super::super::Split::No,
         };
         let codes = &self.codes[i * self.k..(i + 1) * self.k];
         if nibbles {

@@ -1,0 +1,263 @@
+//! The split forming of 8-bit rows (`quant_split.rs`): its roundings are fp16's wherever
+//! `quant::splits` admits a block, the rule refuses what it must, and the split dots are the
+//! f32 kernels' dots bit for bit (on a CPU where the split kernels run; the rest everywhere).
+
+use anemone_exec::kernels::quant::{
+    self, split_level, split_levels, split_product, split_round, splits, Offsets, Row, ShiftScale,
+    Split,
+};
+use half::f16;
+
+fn r16(x: f32) -> u32 {
+    f16::from_f32(x).to_f32().to_bits()
+}
+
+/// Deterministic pseudo-random bits (xorshift).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+/// Scales at the edges (subnormals, the smallest normal, ties, the overflow edge) and a
+/// pseudo-random spread over every fp16 bit pattern.
+fn scales() -> Vec<f16> {
+    let mut s: Vec<u16> = vec![
+        0x0000, 0x8000, 0x0001, 0x03FF, 0x0400, 0x0401, 0x07FF, 0x1000, 0x2E66, 0x3555, 0x3800,
+        0x3C00, 0xBC00, 0x5BFF, 0x5C00, 0x5FFF, 0x6000, 0x7BFF, 0x7C00, 0xFC00, 0x7E00,
+    ];
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    s.extend((0..3000).map(|_| rng.next() as u16));
+    s.into_iter().map(f16::from_bits).collect()
+}
+
+#[test]
+fn products_of_admitted_scales_round_as_fp16() {
+    let (mut checked, mut admitted) = (0, 0);
+    for s in scales() {
+        for signed in [true, false] {
+            if !splits(signed, s, None) {
+                continue;
+            }
+            admitted += 1;
+            let data = if signed { -128..=127i32 } else { 0..=255 };
+            for v in data {
+                let t = v as f32;
+                let want = r16(t * s.to_f32());
+                assert_eq!(split_product(t, s.to_f32()).to_bits(), want, "{v} × {s}");
+                checked += 1;
+            }
+        }
+    }
+    assert!(
+        admitted > 1000 && checked > 300_000,
+        "{admitted} scales admitted"
+    );
+}
+
+#[test]
+fn every_admitted_offset_rounds_every_difference_as_fp16() {
+    let mut admitted = 0;
+    for bits in 0..=u16::MAX {
+        let o = f16::from_bits(bits);
+        for signed in [true, false] {
+            // scale 1: the rule's offset conditions alone
+            if !splits(signed, f16::ONE, Some(o)) {
+                continue;
+            }
+            admitted += 1;
+            let data = if signed { -128..=127i32 } else { 0..=255 };
+            for v in data {
+                let d = v as f32 - o.to_f32();
+                assert_eq!(split_round(d).to_bits(), r16(d), "{v} − {o}");
+            }
+        }
+    }
+    assert!(admitted > 60_000, "{admitted} offsets admitted");
+}
+
+#[test]
+fn the_rule_refuses_subnormal_and_overflowing_values() {
+    let h = f16::from_f32;
+    // a subnormal product, where splitting (11 significant bits) is not fp16's rounding:
+    // (1 + 2^-10) · 2^-20 keeps its 2^-30, fp16 rounds it to 2^-20
+    let (t, tiny) = (1.0 + 1.0 / 1024.0, f16::from_bits(0x0010));
+    assert_ne!(
+        split_product(t, tiny.to_f32()).to_bits(),
+        r16(t * tiny.to_f32())
+    );
+    // so fp16 subnormal scales are refused, and offsets whose differences times the scale
+    // can be subnormal (below)
+    assert!(!splits(true, tiny, None));
+    assert!(!splits(true, f16::from_bits(0x03FF), None));
+    // the smallest normal scale is admitted
+    assert!(splits(true, f16::from_bits(0x0400), None));
+    // overflow: 128 · s must stay below 65520 (signed), 255 · s (unsigned)
+    assert!(splits(true, h(511.5), None));
+    assert!(!splits(true, h(512.0), None));
+    assert!(!splits(false, h(511.5), None));
+    assert!(splits(false, h(256.0), None));
+    // non-finite scales and offsets
+    assert!(!splits(true, f16::INFINITY, None));
+    assert!(!splits(true, f16::NAN, None));
+    assert!(!splits(true, h(0.01), Some(f16::NAN)));
+    // a subnormal offset: v = 0 gives a subnormal difference
+    assert!(!splits(true, h(1.0), Some(f16::from_bits(0x0003))));
+    // an offset 1/32 from an integer with scale 2^-10: that data value's product is 2^-15
+    assert!(!splits(true, h(1.0 / 1024.0), Some(h(37.03125))));
+    assert!(splits(true, h(1.0 / 256.0), Some(h(37.03125))));
+    // an offset outside the data range: the nearest data value decides
+    assert!(splits(true, h(0.01), Some(h(-300.5))));
+    assert!(!splits(true, h(300.0), Some(h(-300.5))));
+    // zero scale: every value is a zero
+    assert!(splits(true, f16::ZERO, Some(h(37.4))));
+    // levels: integer offsets within 2048 of the data are exact, others round
+    assert_eq!(split_level(true, h(0.01), None), Split::Exact);
+    assert_eq!(split_level(true, h(0.01), Some(h(-3.0))), Split::Exact);
+    assert_eq!(split_level(true, h(0.001), Some(h(37.4))), Split::Rounds);
+    assert_eq!(split_level(false, h(0.001), Some(h(2100.0))), Split::Rounds);
+    assert_eq!(split_level(false, h(0.001), Some(h(2048.0))), Split::Exact);
+}
+
+#[test]
+fn row_levels_are_the_least_block_level() {
+    let mut rng = Rng(0x1234_5678_9ABC_DEF1);
+    let n = 64 * 48;
+    for signed in [true, false] {
+        // mostly admitted values, some refused (tiny scales, offsets near integers)
+        let scales: Vec<f16> = (0..n)
+            .map(|_| match rng.next() % 50 {
+                0 => f16::from_bits(0x0100),
+                _ => f16::from_f32(0.0005 + (rng.next() % 1000) as f32 * 1e-5),
+            })
+            .collect();
+        let offsets: Vec<f16> = (0..n)
+            .map(|_| match rng.next() % 4 {
+                0 => f16::from_f32((rng.next() % 64) as f32 - 32.0),
+                _ => f16::from_f32((rng.next() % 6400) as f32 / 100.0 - 32.0),
+            })
+            .collect();
+        for offs in [None, Some(&offsets[..])] {
+            let levels = split_levels(signed, &scales, offs, 48);
+            assert_eq!(levels.len(), 64);
+            for (r, &level) in levels.iter().enumerate() {
+                let want = (r * 48..(r + 1) * 48)
+                    .map(|b| split_level(signed, scales[b], offs.map(|o| o[b])))
+                    .min()
+                    .unwrap();
+                assert_eq!(level, want, "row {r}");
+            }
+            assert!(levels.contains(&Split::No) && levels.iter().any(|&l| l != Split::No));
+        }
+    }
+}
+
+/// A random 8-bit weight of `rows × k`, blocks of `per`, with per-row split levels.
+struct Weight {
+    k: usize,
+    per: usize,
+    signed: bool,
+    codes: Vec<u8>,
+    scales: Vec<u8>,
+    offsets: Option<Vec<u16>>,
+    levels: Vec<Split>,
+}
+
+impl Weight {
+    /// `offsets`: 0 none, 1 integer ones, 2 any fp16 ones (mostly within the data range).
+    fn new(rng: &mut Rng, rows: usize, k: usize, per: usize, signed: bool, offsets: u8) -> Self {
+        let nb = rows * k / per;
+        let codes = (0..rows * k).map(|_| rng.next() as u8).collect();
+        let scales: Vec<f16> = (0..nb)
+            .map(|_| match rng.next() % 40 {
+                // a few refused blocks (a subnormal scale), so some rows fall back
+                0 => f16::from_bits(0x0010),
+                _ => f16::from_f32(0.0005 + (rng.next() % 3000) as f32 * 1e-5),
+            })
+            .collect();
+        let offsets: Option<Vec<f16>> = match offsets {
+            0 => None,
+            1 => Some(
+                (0..nb)
+                    .map(|_| f16::from_f32((rng.next() % 61) as f32 - 30.0))
+                    .collect(),
+            ),
+            _ => Some(
+                (0..nb)
+                    .map(|_| f16::from_f32((rng.next() % 20000) as f32 / 97.0 - 70.0))
+                    .collect(),
+            ),
+        };
+        let levels = split_levels(signed, &scales, offsets.as_deref(), k / per);
+        Weight {
+            k,
+            per,
+            signed,
+            codes,
+            scales: scales.iter().flat_map(|s| s.to_le_bytes()).collect(),
+            offsets: offsets.map(|o| o.iter().map(|o| o.to_bits()).collect()),
+            levels,
+        }
+    }
+
+    fn row(&self, i: usize, split: bool) -> Row<'_> {
+        let nb = self.k / self.per;
+        let b = i * nb..(i + 1) * nb;
+        Row::Bytes {
+            codes: &self.codes[i * self.k..(i + 1) * self.k],
+            how: ShiftScale {
+                signed: self.signed,
+                scales: &self.scales[2 * b.start..2 * b.end],
+                offsets: self.offsets.as_ref().map(|o| Offsets::F16(&o[b])),
+                round_shift: true,
+                split: if split { self.levels[i] } else { Split::No },
+            },
+            per: self.per,
+        }
+    }
+}
+
+#[test]
+fn split_dots_are_the_f32_kernel_dots() {
+    if !quant::split_used() {
+        eprintln!("skipped: the split kernels do not run on this CPU");
+        return;
+    }
+    let mut rng = Rng(0xDEAD_BEEF_CAFE_F00D);
+    let (mut split_rows, mut plain_rows) = (0, 0);
+    for (k, per) in [(576, 32), (1536, 32), (96, 16), (64, 64)] {
+        for signed in [true, false] {
+            for offsets in 0..3 {
+                let rows = 45;
+                let w = Weight::new(&mut rng, rows, k, per, signed, offsets);
+                split_rows += w.levels.iter().filter(|&&l| l != Split::No).count();
+                plain_rows += w.levels.iter().filter(|&&l| l == Split::No).count();
+                let x: Vec<f32> = (0..k)
+                    .map(|_| (rng.next() % 20001) as f32 / 10000.0 - 1.0)
+                    .collect();
+                let (mut want, mut got) = (vec![0.0f32; rows], vec![0.0f32; rows]);
+                assert!(quant::matvec(&mut want, &x, |i| Some(w.row(i, false))));
+                assert!(quant::matvec(&mut got, &x, |i| Some(w.row(i, true))));
+                // each value the f32 kernel's and the fp16 dot of the expanded row
+                let mut values = vec![0.0f32; k];
+                for (r, (g, w8)) in got.iter().zip(&want).enumerate() {
+                    let at = format!("k {k} per {per} signed {signed} offsets {offsets} row {r}");
+                    assert_eq!(g.to_bits(), w8.to_bits(), "{at}");
+                    assert!(quant::expand(&w.row(r, false), &mut values));
+                    let halves: Vec<f16> = values.iter().map(|&v| f16::from_f32(v)).collect();
+                    let dot = anemone_exec::kernels::simd::dot_f16_kernel()(&halves, &x);
+                    assert_eq!(g.to_bits(), dot.to_bits(), "{at}: vs the expanded row");
+                }
+            }
+        }
+    }
+    assert!(
+        split_rows > 200 && plain_rows > 20,
+        "{split_rows} split, {plain_rows} not"
+    );
+}
