@@ -3,27 +3,7 @@
 use super::*;
 use crate::decompress::{blockwise_shift_scale, lut_to_dense};
 use crate::kernels::fp16acc;
-
-/// Deterministic pseudo-random values (xorshift).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn int(&mut self, lo: i32, hi: i32) -> i32 {
-        lo + (self.next() % (hi - lo + 1) as u64) as i32
-    }
-    fn float(&mut self, scale: f32) -> f32 {
-        (self.next() % 2_000_001) as f32 / 1_000_000.0 * scale - scale
-    }
-    fn floats(&mut self, n: usize, scale: f32) -> Vec<f32> {
-        (0..n).map(|_| self.float(scale)).collect()
-    }
-}
+use anemone_testkit::Rng;
 
 /// Every matvec of `packed` equals the fp16 matvec of `expanded` (same accumulation), and its
 /// wide expansion equals `expanded`.

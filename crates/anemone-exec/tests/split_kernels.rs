@@ -6,22 +6,11 @@ use anemone_exec::kernels::quant::{
     self, split_level, split_levels, split_product, split_round, splits, Offsets, Row, ShiftScale,
     Split,
 };
+use anemone_testkit::Rng;
 use half::f16;
 
 fn r16(x: f32) -> u32 {
     f16::from_f32(x).to_f32().to_bits()
-}
-
-/// Deterministic pseudo-random bits (xorshift).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
 }
 
 /// Scales at the edges (subnormals, the smallest normal, ties, the overflow edge) and a

@@ -10,6 +10,7 @@ pub mod golden;
 pub mod numeric;
 pub mod oracle;
 pub mod paths;
+pub mod rng;
 pub mod validator;
 
 pub use golden::assert_golden;
@@ -19,4 +20,5 @@ pub use paths::{
     model, models_dir, oracle_dir, oracle_encoders_root, oracle_root, real_fixture, repo_root,
     tree_bytes,
 };
+pub use rng::Rng;
 pub use validator::{python, run_python, validate, validate_package};

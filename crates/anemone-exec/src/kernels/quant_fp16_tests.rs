@@ -3,6 +3,7 @@
 
 use std::arch::x86_64::*;
 
+use anemone_testkit::Rng;
 use half::f16;
 
 use super::super::super::{available as f32_available, Offsets, Row, ShiftScale, Tables};
@@ -154,17 +155,6 @@ fn an_offset_not_in_fp16_is_reported() {
         // SAFETY: as above.
         let got = unsafe { new::<true, ROUNDED>(bytes.as_ptr(), 0x3C00, o) };
         assert_eq!(got, None, "{o}");
-    }
-}
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
     }
 }
 
