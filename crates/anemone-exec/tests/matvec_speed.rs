@@ -1,7 +1,8 @@
 //! Throughput of the single-token weight kernels (fp16 matvec, fused int8 / int4 / LUT-4) on a
 //! working set larger than the last-level cache, as a decode step streams its weights.
 //! A benchmark, not a test: `cargo test --release -p anemone-exec --test matvec_speed --
-//! --ignored --nocapture` (env `MATVEC_THREADS`, default 2; `MATVEC_SHAPE=rows,cols`).
+//! --ignored --nocapture` (env `MATVEC_THREADS`, default 2; `MATVEC_SHAPE=rows,cols`;
+//! `MATVEC_KIND=<name>` times only the compressed kind of that name, e.g. `int8 grid split`).
 
 use std::time::Instant;
 
@@ -129,6 +130,9 @@ fn matvec_throughput() {
         ("lut4", 0.5),
     ];
     for (name, bytes_per_weight) in kinds {
+        if std::env::var("MATVEC_KIND").is_ok_and(|k| k != name) {
+            continue;
+        }
         let count = (working_set() / ((n as f64 * bytes_per_weight) as usize)).max(1);
         let row_bytes = (k as f64 * bytes_per_weight) as usize;
         let codes: Vec<u8> = (0..count * rows * row_bytes)

@@ -433,7 +433,63 @@ pub fn matvec_group<'w, F>(group: &mut [Projection<F>], x: &[f32]) -> bool
 where
     F: Fn(usize) -> Option<Row<'w>> + Sync,
 {
-    run_group::<false, F>(group, x)
+    run_group(group, x)
+}
+
+/// Where the rows of a [`Projection`] come from, and how a block of them reaches the kernels.
+trait Rows<'w>: Sync {
+    /// Row `i` (`None` past the data).
+    fn row(&self, i: usize) -> Option<Row<'w>>;
+
+    /// `dst[r] = dot(row(start + r), x)` for every `r`; `false` when a row is missing or not
+    /// of `first`'s layout, length and block count.
+    ///
+    /// # Safety
+    /// [`covers`] holds for `first` (this source's row 0) and `first.len() == x.len()`.
+    unsafe fn dots(&self, first: &Row<'w>, start: usize, dst: &mut [f32], x: &[f32]) -> bool;
+}
+
+/// Rows from any function: each row checked against the first (layout, length, blocks).
+impl<'w, F> Rows<'w> for F
+where
+    F: Fn(usize) -> Option<Row<'w>> + Sync,
+{
+    fn row(&self, i: usize) -> Option<Row<'w>> {
+        self(i)
+    }
+
+    unsafe fn dots(&self, first: &Row<'w>, start: usize, dst: &mut [f32], x: &[f32]) -> bool {
+        let (k, blocks) = (x.len(), first.blocks());
+        let row = |i: usize| {
+            let row = self(i)?;
+            (row.len() == k && row.same_layout(first) && row.slices_ok(blocks)).then_some(row)
+        };
+        // SAFETY: `covers` holds for `first` (the caller's contract), and `row` returns only
+        // rows of its layout and length holding its blocks, so it holds for them.
+        unsafe { dots_covered(first, row, start, dst, x) }
+    }
+}
+
+/// Rows of a [`Weight`]: in its layout by construction, found by arithmetic (no per-row
+/// checks beyond the range).
+impl<'w> Rows<'w> for Weight<'w> {
+    fn row(&self, i: usize) -> Option<Row<'w>> {
+        Weight::row(self, i)
+    }
+
+    unsafe fn dots(&self, first: &Row<'w>, start: usize, dst: &mut [f32], x: &[f32]) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `covers` held for row 0 (the caller's contract), so it holds for every row
+        // of the weight (one layout, `k` elements, `k / per` blocks each).
+        return unsafe {
+            avx512::dots_weight(self, first, start, dst, x, avx512::fp16::available())
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = (first, start, dst, x);
+            false
+        }
+    }
 }
 
 /// A whole compressed weight as `packed.rs` stores it: `all` is a [`Row`] whose slices hold
@@ -511,36 +567,26 @@ impl<'w> Weight<'w> {
     }
 }
 
-/// [`matvec_group`] of whole weights (`dst` and weight per projection): rows found by
-/// [`Weight::row`], which keeps every row in the first row's layout, so the per-row checks of
-/// [`matvec_group`] are not needed.
+/// [`matvec_group`] of whole weights (`dst` and weight per projection): every row of a
+/// [`Weight`] is in its first row's layout, so the per-row checks of [`matvec_group`] are not
+/// needed, and the kernels read each row's parts found by arithmetic (no [`Row`] per row).
 pub fn matvec_weights(group: &mut [(&mut [f32], Weight)], x: &[f32]) -> bool {
     let mut projections: Vec<_> = group
         .iter_mut()
-        .map(|(dst, w)| {
-            let w = *w;
-            Projection {
-                dst,
-                row_of: move |i| w.row(i),
-            }
-        })
+        .map(|(dst, w)| Projection { dst, row_of: *w })
         .collect();
-    run_group::<true, _>(&mut projections, x)
+    run_group(&mut projections, x)
 }
 
-/// [`matvec_group`]; `TRUSTED`: every row `row_of` returns has the first row's layout, length
-/// and block count (rows of a [`Weight`]), so only its existence is checked per row.
-fn run_group<'w, const TRUSTED: bool, F>(group: &mut [Projection<F>], x: &[f32]) -> bool
-where
-    F: Fn(usize) -> Option<Row<'w>> + Sync,
-{
-    struct Job<'a, 'w, F> {
+/// [`matvec_group`] of projections whose rows come from any [`Rows`].
+fn run_group<'w, S: Rows<'w>>(group: &mut [Projection<S>], x: &[f32]) -> bool {
+    struct Job<'a, 'w, S> {
         out: crate::team::SharedOut,
         rows: usize,
         per_block: usize,
         first_block: usize,
         first: Row<'w>,
-        row_of: &'a F,
+        row_of: &'a S,
     }
     let mut firsts = Vec::with_capacity(group.len());
     for p in group.iter() {
@@ -548,7 +594,7 @@ where
             firsts.push(None);
             continue;
         }
-        match (p.row_of)(0) {
+        match p.row_of.row(0) {
             Some(first) if covers(&first) && first.len() == x.len() => firsts.push(Some(first)),
             _ => return false,
         }
@@ -582,16 +628,8 @@ where
         // SAFETY: blocks are disjoint row ranges inside the job's `dst`, which outlives the
         // region (`matvec_group` holds its borrow until `for_each_block` returns).
         let chunk = unsafe { job.out.slice(start..(start + job.per_block).min(job.rows)) };
-        let (first, blocks) = (&job.first, job.first.blocks());
-        let row = |i: usize| {
-            let row = (job.row_of)(i)?;
-            (TRUSTED || (row.len() == k && row.same_layout(first) && row.slices_ok(blocks)))
-                .then_some(row)
-        };
-        // SAFETY: `covers` held for the first row; the rows `row` returns share its layout
-        // and length and hold its blocks (`row` checked it, or `TRUSTED` rows of a `Weight`
-        // have it by construction), so it holds for them.
-        if !unsafe { dots_covered(first, row, start, chunk, x) } {
+        // SAFETY: `covers` held for the first row, of `x.len()` elements.
+        if !unsafe { job.row_of.dots(&job.first, start, chunk, x) } {
             fail();
         }
     };

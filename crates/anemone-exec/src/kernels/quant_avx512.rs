@@ -10,7 +10,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{Offsets, Row, ShiftScale, Split, Tables};
+use super::{Offsets, Row, ShiftScale, Tables};
 
 /// How a block's offset enters: none, rounded to fp16 after the subtraction, or fp32
 /// (promoting, not rounded).
@@ -388,13 +388,34 @@ macro_rules! by_layout {
     }};
 }
 
+/// `$f::<R, SIGNED, OFF, WHOLE>` for a shift-scale layout, as a [`Kernel`].
+macro_rules! layout_kernel {
+    ($f:ident, $r:ident, $how:expr, $whole:expr) => {{
+        let k: Kernel<$r> = match ($how.signed, offset_kind($how), $whole) {
+            (true, NO_OFFSET, true) => $f::<$r, true, NO_OFFSET, true>,
+            (true, NO_OFFSET, false) => $f::<$r, true, NO_OFFSET, false>,
+            (true, ROUNDED, true) => $f::<$r, true, ROUNDED, true>,
+            (true, ROUNDED, false) => $f::<$r, true, ROUNDED, false>,
+            (true, _, true) => $f::<$r, true, PROMOTES, true>,
+            (true, _, false) => $f::<$r, true, PROMOTES, false>,
+            (false, NO_OFFSET, true) => $f::<$r, false, NO_OFFSET, true>,
+            (false, NO_OFFSET, false) => $f::<$r, false, NO_OFFSET, false>,
+            (false, ROUNDED, true) => $f::<$r, false, ROUNDED, true>,
+            (false, ROUNDED, false) => $f::<$r, false, ROUNDED, false>,
+            (false, _, true) => $f::<$r, false, PROMOTES, true>,
+            (false, _, false) => $f::<$r, false, PROMOTES, false>,
+        };
+        k
+    }};
+}
+
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
 unsafe fn dot_bytes<const R: usize, const SIGNED: bool, const OFF: u8, const WHOLE: bool>(
     p: &[Parts; R],
-    k: usize,
-    per: usize,
     x: &[f32],
+    per: usize,
 ) -> [f32; R] {
+    let k = x.len();
     let (mut run, blocks) = ([_mm512_setzero_ps(); R], k / per);
     dot_rows::<Params, R, WHOLE, 32>(
         p,
@@ -412,10 +433,10 @@ unsafe fn dot_bytes<const R: usize, const SIGNED: bool, const OFF: u8, const WHO
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
 unsafe fn dot_int4<const R: usize, const SIGNED: bool, const OFF: u8, const WHOLE: bool>(
     p: &[Parts; R],
-    k: usize,
-    per: usize,
     x: &[f32],
+    per: usize,
 ) -> [f32; R] {
+    let k = x.len();
     let (mut run, blocks) = ([_mm512_setzero_ps(); R], k / per);
     dot_rows::<__m512, R, WHOLE, 16>(
         p,
@@ -455,7 +476,7 @@ unsafe fn dot_palettes<const R: usize, const WHOLE: bool>(
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
 pub unsafe fn dot<const R: usize>(rows: &[Row; R], x: &[f32], fp16: bool) -> [f32; R] {
     let p: [Parts; R] = std::array::from_fn(|r| parts(&rows[r]));
-    let (k, per) = (x.len(), rows[0].per());
+    let per = rows[0].per();
     let whole = per.is_multiple_of(32);
     match &rows[0] {
         Row::Bytes { how, .. } => {
@@ -465,7 +486,7 @@ pub unsafe fn dot<const R: usize>(rows: &[Row; R], x: &[f32], fp16: bool) -> [f3
                     return d;
                 }
             }
-            by_layout!(dot_bytes, R, how, whole, (&p, k, per, x))
+            by_layout!(dot_bytes, R, how, whole, (&p, x, per))
         }
         Row::Nibbles {
             tables: Tables::ShiftScale(how),
@@ -477,7 +498,7 @@ pub unsafe fn dot<const R: usize>(rows: &[Row; R], x: &[f32], fp16: bool) -> [f3
                     return d;
                 }
             }
-            by_layout!(dot_int4, R, how, whole, (&p, k, per, x))
+            by_layout!(dot_int4, R, how, whole, (&p, x, per))
         }
         Row::Nibbles {
             tables: Tables::Palettes(_),
@@ -493,7 +514,8 @@ pub unsafe fn dot<const R: usize>(rows: &[Row; R], x: &[f32], fp16: bool) -> [f3
 type Kernel<const R: usize> = unsafe fn(&[Parts; R], &[f32], usize) -> [f32; R];
 
 /// The kernel [`dot`] runs for rows of `row`'s layout, where it is one function of the layout
-/// alone (no fallback decided by the values); else `None`.
+/// alone (no fallback decided by the values: everywhere but some 8-bit and 4-bit layouts on a
+/// CPU with AVX512-FP16); else `None`.
 fn kernel<const R: usize>(row: &Row, fp16: bool) -> Option<Kernel<R>> {
     let whole = row.per().is_multiple_of(32);
     let f16_offsets = |how: &ShiftScale| how.offsets.is_none_or(|o| o.is_f16());
@@ -519,6 +541,11 @@ fn kernel<const R: usize>(row: &Row, fp16: bool) -> Option<Kernel<R>> {
             (false, true, true) => fp16::dot_int4::<R, false, ROUNDED, true>,
             (false, true, false) => fp16::dot_int4::<R, false, ROUNDED, false>,
         },
+        Row::Bytes { how, .. } if !fp16 => layout_kernel!(dot_bytes, R, how, whole),
+        Row::Nibbles {
+            tables: Tables::ShiftScale(how),
+            ..
+        } if !fp16 => layout_kernel!(dot_int4, R, how, whole),
         Row::Nibbles {
             tables: Tables::Palettes(_),
             ..
@@ -528,106 +555,6 @@ fn kernel<const R: usize>(row: &Row, fp16: bool) -> Option<Kernel<R>> {
         },
         _ => return None,
     })
-}
-
-/// `dst[r] = dot(row_of(start + r), x)` for every `r`, four rows a pass (the rest one at a
-/// time), each row's value [`dot`]'s; the kernels chosen once from `first`'s layout. Rows of
-/// 8-bit layouts the split kernels take are queued by their [`Split`] level, four of one
-/// level a pass (the rest one at a time at the end): the split kernels for rows that split,
-/// the others for the rest. `false` (and `dst` unspecified) when `row_of` returns `None` for
-/// a row.
-///
-/// # Safety
-/// As [`dot`] for `first` and every row `row_of` returns (covered, `first`'s layout, `x.len()`
-/// elements).
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
-pub unsafe fn dots<'w>(
-    first: &Row,
-    row_of: impl Fn(usize) -> Option<Row<'w>>,
-    start: usize,
-    dst: &mut [f32],
-    x: &[f32],
-    fp16: bool,
-) -> bool {
-    let per = first.per();
-    let (k4, k1) = (kernel::<4>(first, fp16), kernel::<1>(first, fp16));
-    // the split kernels of the layout, for rows whose every block splits (`Split` levels)
-    let (s4, s1) = (split::kernels::<4>(first), split::kernels::<1>(first));
-    let run4 = |level: Split, rows: &[Row; 4]| match (split::pick(level, s4), k4) {
-        (Some(k), _) | (None, Some(k)) => k(&rows.each_ref().map(parts), x, per),
-        (None, None) => dot(rows, x, fp16),
-    };
-    let run1 = |level: Split, row: Row| match (split::pick(level, s1), k1) {
-        (Some(k), _) | (None, Some(k)) => k(&[parts(&row)], x, per)[0],
-        (None, None) => dot(&[row], x, fp16)[0],
-    };
-    if s4.is_some() {
-        // four consecutive rows of one level a pass (the usual case); the rows of mixed
-        // passes queued by level, four of one level a pass (a row's value never depends on
-        // its pass-mates), the rest one at a time at the end
-        let mut queues: [Vec<(usize, Row)>; 3] = Default::default();
-        let mut queue = |n: usize, row: Row<'w>, dst: &mut [f32]| {
-            let level = split::level(&row);
-            let q = &mut queues[level as usize];
-            q.push((n, row));
-            if let [(a, ra), (b, rb), (c, rc), (d, rd)] = q[..] {
-                let v = run4(level, &[ra, rb, rc, rd]);
-                (dst[a], dst[b], dst[c], dst[d]) = (v[0], v[1], v[2], v[3]);
-                q.clear();
-            }
-        };
-        let whole = dst.len() / 4 * 4;
-        for n in (0..whole).step_by(4) {
-            let i = start + n;
-            let (Some(a), Some(b), Some(c), Some(d)) =
-                (row_of(i), row_of(i + 1), row_of(i + 2), row_of(i + 3))
-            else {
-                return false;
-            };
-            let level = split::level(&a);
-            if [&b, &c, &d].into_iter().all(|r| split::level(r) == level) {
-                dst[n..n + 4].copy_from_slice(&run4(level, &[a, b, c, d]));
-            } else {
-                for (m, row) in [a, b, c, d].into_iter().enumerate() {
-                    queue(n + m, row, dst);
-                }
-            }
-        }
-        for n in whole..dst.len() {
-            let Some(row) = row_of(start + n) else {
-                return false;
-            };
-            queue(n, row, dst);
-        }
-        for (level, q) in [Split::No, Split::Rounds, Split::Exact]
-            .into_iter()
-            .zip(queues)
-        {
-            for (n, row) in q {
-                dst[n] = run1(level, row);
-            }
-        }
-        return true;
-    }
-    let mut groups = dst.chunks_exact_mut(4);
-    let mut i = start;
-    for out in groups.by_ref() {
-        let (Some(a), Some(b), Some(c), Some(d)) =
-            (row_of(i), row_of(i + 1), row_of(i + 2), row_of(i + 3))
-        else {
-            return false;
-        };
-        out.copy_from_slice(&run4(Split::No, &[a, b, c, d]));
-        i += 4;
-    }
-    for d in groups.into_remainder() {
-        let Some(row) = row_of(i) else {
-            return false;
-        };
-        *d = run1(Split::No, row);
-        i += 1;
-    }
-    true
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
@@ -727,3 +654,7 @@ pub(super) mod fp16;
 
 #[path = "quant_split.rs"]
 mod split;
+
+#[path = "quant_rows.rs"]
+mod rows;
+pub use rows::{dots, dots_weight};
