@@ -88,10 +88,30 @@ impl ExecutorBackend {
             (Some(_), Some(team)) if package.runs_without_pool(function)? => {
                 team::with_team(team, run)
             }
-            (Some(pool), Some(team)) => pool.install(|| team::with_team(team, run)),
-            (Some(pool), None) => pool.install(run),
+            (Some(pool), Some(team)) => {
+                let out = pool.install(|| team::with_team(team, run));
+                release_scratch(pool);
+                out
+            }
+            (Some(pool), None) => {
+                let out = pool.install(run);
+                release_scratch(pool);
+                out
+            }
             (None, _) => run(),
         }
+    }
+}
+
+/// Frees the scratch buffers of wide products on every thread of `pool` (where a multi-token
+/// step ran them) and returns the freed memory to the system: a decode step that follows
+/// never uses them, and they would stay resident for the rest of the run.
+fn release_scratch(pool: &rayon::ThreadPool) {
+    pool.broadcast(|_| crate::kernels::release_scratch());
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only walks glibc's own free lists, under its arena locks.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
 

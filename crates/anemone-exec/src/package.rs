@@ -384,6 +384,8 @@ fn prepare(path: &Path, f: &Function, caches: &mut Caches) -> Result<PreparedFun
             }
         }
     }
+    // held for the package's life: no growth slack
+    steps.shrink_to_fit();
     crate::plan::plan_lifetimes(f, &mut steps);
     crate::plan::fuse_state_updates(f, &mut steps);
     half_weights.extend(self_half_weights(

@@ -173,6 +173,15 @@ std::thread_local! {
     static ROWS: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
+/// Frees this thread's widened-rows buffer.
+pub(crate) fn release_scratch() {
+    ROWS.with(|cell| {
+        if let Ok(mut buf) = cell.try_borrow_mut() {
+            *buf = Vec::new();
+        }
+    });
+}
+
 /// [`matmul`] after its checks.
 ///
 /// # Safety

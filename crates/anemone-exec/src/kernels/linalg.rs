@@ -339,6 +339,15 @@ std::thread_local! {
     static WIDENED: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
+/// Frees this thread's [`with_widened`] buffer.
+pub(crate) fn release_scratch() {
+    WIDENED.with(|cell| {
+        if let Ok(mut buf) = cell.try_borrow_mut() {
+            *buf = Vec::new();
+        }
+    });
+}
+
 /// Runs `f` on `w` widened to f32 (exact) in a buffer reused across calls on this thread, so a
 /// wide product over an fp16 weight costs no allocation and no resident f32 copy of the weight.
 pub fn with_widened<R>(w: &[half::f16], f: impl FnOnce(&[f32]) -> R) -> R {

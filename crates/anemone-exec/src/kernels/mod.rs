@@ -16,6 +16,15 @@ pub mod quant;
 pub mod shape;
 pub mod simd;
 
+/// Frees this thread's scratch buffers of wide (multi-token) products: weights widened or
+/// expanded to f32, rows formed for them. They are kept across calls so a prefill allocates
+/// them once; a decode step never uses them, so after a prefill they would only stay resident.
+pub fn release_scratch() {
+    linalg::release_scratch();
+    quant::release_scratch();
+    gemm_avx512::release_scratch();
+}
+
 /// How the sums inside an op (matmul/conv/linear dot products, softmax, layer_norm, reduce)
 /// accumulate. Rounding at op boundaries is the precision's business and is the same in both.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

@@ -729,6 +729,15 @@ std::thread_local! {
     static EXPANDED: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
+/// Frees this thread's [`with_filled`] buffer.
+pub(crate) fn release_scratch() {
+    EXPANDED.with(|cell| {
+        if let Ok(mut buf) = cell.try_borrow_mut() {
+            *buf = Vec::new();
+        }
+    });
+}
+
 /// Runs `f` on `len` values written by `fill` into a buffer reused across calls on this thread
 /// (a compressed weight expanded for a wide product, never kept resident).
 pub fn with_filled<R>(len: usize, fill: impl Fn(&mut [f32]), f: impl FnOnce(&[f32]) -> R) -> R {
