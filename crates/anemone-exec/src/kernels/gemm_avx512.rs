@@ -175,6 +175,7 @@ std::thread_local! {
 
 /// Frees this thread's widened-rows buffer.
 pub(crate) fn release_scratch() {
+    #[cfg(target_arch = "x86_64")]
     ROWS.with(|cell| {
         if let Ok(mut buf) = cell.try_borrow_mut() {
             *buf = Vec::new();
