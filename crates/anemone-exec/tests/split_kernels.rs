@@ -214,7 +214,7 @@ impl Weight {
             .map(|_| f16::from_f32(0.006 + (rng.next() % 3000) as f32 * 1e-5))
             .collect();
         for r in 0..rows {
-            if rng.next() % 8 == 0 {
+            if rng.next().is_multiple_of(8) {
                 scales[r * nb + (rng.next() as usize) % nb] = f16::from_bits(0x0010);
             }
         }
@@ -418,9 +418,12 @@ fn four_bit_levels_follow_the_four_bit_range() {
     // blocks 4-bit data refuses too: a subnormal scale, an offset 2^-8 from a data value
     // with scale 2^-8 (product 2^-16), overflow (8 · 8192 ≥ 65520; 15 · 4368 = 65520)
     assert_eq!(four(true, f16::from_bits(0x0010), None), Split::No);
-    assert_eq!(four(true, h(1.0 / 256.0), Some(h(3.00390625))), Split::No);
     assert_eq!(
-        four(true, h(1.0 / 64.0), Some(h(3.00390625))),
+        four(true, h(1.0 / 256.0), Some(h(3.0 + 1.0 / 256.0))),
+        Split::No
+    );
+    assert_eq!(
+        four(true, h(1.0 / 64.0), Some(h(3.0 + 1.0 / 256.0))),
         Split::Rounds
     );
     assert_eq!(four(true, h(8192.0), None), Split::No);

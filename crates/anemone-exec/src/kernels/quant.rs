@@ -13,8 +13,10 @@
 //! F/BW/VL/VBMI, a row length not a multiple of 32, blocks not a multiple of 16 columns) take
 //! the row-forming path in `packed.rs`. On a CPU with AVX512-FP16, 8-bit rows are formed in
 //! fp16 arithmetic, 32 values an instruction (`quant_fp16.rs`, which shows the values equal);
-//! elsewhere 8-bit rows whose blocks all pass [`splits`] (checked at load, [`split_levels`])
-//! round to fp16 by splitting in f32 operations (`quant_split.rs`), the same values.
+//! elsewhere 8-bit rows and 4-bit shift-scale rows (their blocks' 16-entry tables) whose
+//! blocks all pass [`split_level_of`] over their data width's range (checked at load,
+//! [`split_levels_of`]) round to fp16 by splitting in f32 operations (`quant_split.rs`), the
+//! same values.
 
 use half::f16;
 use rayon::prelude::*;
@@ -44,14 +46,16 @@ pub struct ShiftScale<'a> {
     pub offsets: Option<Offsets<'a>>,
     /// `v - offset` is rounded to fp16 (an fp16 or integer offset; an fp32 one promotes).
     pub round_shift: bool,
-    /// How every block of this row passes [`split_level`] (the least level over its blocks,
-    /// checked by whoever sets it; [`Split::No`] is always safe): 8-bit rows may then be
-    /// formed by splitting (`quant_split.rs`), the same values. Ignored in a [`Weight`]'s
+    /// How every block of this row passes [`split_level_of`] for its data width (the least
+    /// level over its blocks, checked by whoever sets it; [`Split::No`] is always safe): 8-bit
+    /// rows and 4-bit rows' tables may then be formed by splitting (`quant_split.rs`), the
+    /// same values. Ignored in a [`Weight`]'s
     /// `all` row (its rows take theirs from [`Weight::with_split`]).
     pub split: Split,
 }
 
-/// Whether the split kernels (`quant_split.rs`) form an 8-bit block, and how.
+/// Whether the split kernels (`quant_split.rs`) form an 8-bit block (or a 4-bit block's
+/// table), and how.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Split {
     /// No: the f32 kernels form it.
@@ -412,8 +416,8 @@ pub fn available() -> bool {
     false
 }
 
-/// Whether the fused kernels run here and form 8-bit rows marked by [`ShiftScale::split`] by
-/// splitting (not on a CPU with AVX512-FP16: its fp16 arithmetic forms them faster).
+/// Whether the fused kernels run here and form 8-bit and 4-bit rows marked by
+/// [`ShiftScale::split`] by splitting (not on a CPU with AVX512-FP16: its fp16 arithmetic forms them faster).
 pub fn split_used() -> bool {
     #[cfg(target_arch = "x86_64")]
     return available() && !avx512::fp16::available();

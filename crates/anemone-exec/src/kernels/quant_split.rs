@@ -1,7 +1,12 @@
-//! 8-bit rows formed by splitting (rows marked [`ShiftScale::split`]): each fp16 rounding of
-//! the f32 kernels of `quant_avx512.rs` done in three f32 operations on either FP port
-//! instead of a `vcvtps2ph` + `vcvtph2ps` round trip (4 uops, 2 of them on port 5, where the
-//! widening of the codes already runs), for a CPU without AVX512-FP16. The same bits.
+//! 8-bit rows and 4-bit shift-scale rows formed by splitting (rows marked
+//! [`ShiftScale::split`]): each fp16 rounding of the f32 kernels of `quant_avx512.rs` done in
+//! three f32 operations on either FP port instead of a `vcvtps2ph` + `vcvtph2ps` round trip
+//! (4 uops, 2 of them on port 5, where the widening of the codes, or the table lookups,
+//! already run), for a CPU without AVX512-FP16. The same bits. A 4-bit row's block table
+//! `r16(r16(v − o) · s)` over its 16 codes is formed so ([`dot_int4`]), its block parameters
+//! read as memory-broadcast operands (no per-block lane permute); the lookups and sums are
+//! `quant_avx512.rs`'s. The load-time rule is the 8-bit one over the 4-bit data range
+//! (`quant::split_level_of`).
 //!
 //! Why the values are the same ([`super::super::split_product`], [`super::super::split_round`]
 //! are the scalar forms, checked against `f16::from_f32` by the tests and over every pair by
