@@ -472,3 +472,22 @@ fn four_bit_row_levels_are_the_least_block_level() {
         }
     }
 }
+
+#[test]
+fn table_levels_are_the_rule_for_every_offset() {
+    // `split_levels_of` reads each offset's range from a packed table: the same levels as
+    // the rule computed directly, for every fp16 offset
+    let offsets: Vec<f16> = (0..=u16::MAX).map(f16::from_bits).collect();
+    for bits in [Bits::Four, Bits::Eight] {
+        for signed in [true, false] {
+            for s in [1.0 / 1024.0, 0.01, 3.0, 300.0].map(f16::from_f32) {
+                let scales = vec![s; offsets.len()];
+                let levels = split_levels_of(bits, signed, &scales, Some(&offsets), 1);
+                for (o, level) in offsets.iter().zip(levels) {
+                    let want = split_level_of(bits, signed, s, Some(*o));
+                    assert_eq!(level, want, "{bits:?} signed {signed} scale {s} offset {o}");
+                }
+            }
+        }
+    }
+}

@@ -364,21 +364,36 @@ pub fn split_levels_of(
     per_row: usize,
 ) -> Vec<Split> {
     use std::sync::OnceLock;
-    type Table = Vec<Option<(f64, f64, bool)>>;
-    // by width, then signedness; each built on first use
+    // each offset's `data_range`, its ends as fp16 values (they are: rounded by `r16`, finite
+    // below 65520), 6 bytes an entry: 384 KiB a table
+    type Table = Vec<Option<(f16, f16, bool)>>;
+    // by width, then signedness; each built on first use by a row with offsets
     static TABLES: [[OnceLock<Table>; 2]; 2] = [
         [OnceLock::new(), OnceLock::new()],
         [OnceLock::new(), OnceLock::new()],
     ];
-    let table = TABLES[usize::from(bits == Bits::Eight)][usize::from(signed)].get_or_init(|| {
-        (0..=u16::MAX)
-            .map(|o| data_range(bits, signed, Some(f16::from_bits(o))))
-            .collect()
-    });
-    let plain = data_range(bits, signed, None);
-    let level = |b: usize, s: f16| match offsets {
-        None => level_of(plain, s),
-        Some(o) => level_of(table[o[b].to_bits() as usize], s),
+    let table = |offsets: Option<&[f16]>| {
+        offsets.map(|_| {
+            TABLES[usize::from(bits == Bits::Eight)][usize::from(signed)].get_or_init(|| {
+                (0..=u16::MAX)
+                    .map(|o| {
+                        let range = data_range(bits, signed, Some(f16::from_bits(o)));
+                        range.map(|(lo, hi, exact)| (f16::from_f64(lo), f16::from_f64(hi), exact))
+                    })
+                    .collect()
+            })
+        })
+    };
+    let (plain, table) = (data_range(bits, signed, None), table(offsets));
+    let level = |b: usize, s: f16| match (offsets, table) {
+        (Some(o), Some(t)) => {
+            let range = t[o[b].to_bits() as usize];
+            level_of(
+                range.map(|(lo, hi, exact)| (lo.to_f64(), hi.to_f64(), exact)),
+                s,
+            )
+        }
+        _ => level_of(plain, s),
     };
     if per_row == 0 || offsets.is_some_and(|o| o.len() < scales.len()) {
         return Vec::new();
