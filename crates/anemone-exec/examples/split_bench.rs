@@ -1,5 +1,5 @@
-//! Single-thread throughput of the fused int8 matvec with and without splitting, symmetric and
-//! with fp16 offsets, on a weight that stays in cache (the kernel's arithmetic, not memory):
+//! Single-thread throughput of the fused int8 and int4 / uint4 matvecs with and without
+//! splitting, symmetric and with fp16 offsets, on a weight that stays in cache (the kernel's arithmetic, not memory):
 //! the minimum over interleaved trials, robust to other load on the machine.
 //!
 //! `cargo run --release -p anemone-exec --example split_bench [rows cols [trials]]`
@@ -31,44 +31,71 @@ fn main() {
     let x: Vec<f32> = (0..k)
         .map(|i| ((i * 37 % 101) as f32 - 50.0) / 64.0)
         .collect();
+    // 4-bit codes (two a byte) and offsets within uint4's range, integers and halves (as
+    // block-quantized sources give: the kernels' `Split::Rounds` rows)
+    let nibbles: Vec<u8> = (0..rows * k / 2).map(|i| (i * 7919 % 253) as u8).collect();
+    let offsets4: Vec<u16> = (0..rows * blocks)
+        .map(|i| f16::from_f32((i % 31) as f32 * 0.5).to_bits())
+        .collect();
     let split = quant::split_used();
+    // name, 4-bit (uint4 with offsets / int4 without), offsets, split
     let kinds = [
-        ("int8", false, false),
-        ("int8 split", false, true),
-        ("grid", true, false),
-        ("grid split", true, true),
+        ("int8", false, false, false),
+        ("int8 split", false, false, true),
+        ("grid", false, true, false),
+        ("grid split", false, true, true),
+        ("int4", true, false, false),
+        ("int4 split", true, false, true),
+        ("uint4 grid", true, true, false),
+        ("uint4 split", true, true, true),
     ];
-    for &(_, grid, _) in &kinds {
-        let ok = scales.chunks_exact(2).zip(&offsets).all(|(s, &o)| {
+    for &(_, four, grid, _) in &kinds {
+        let offs = if four { &offsets4 } else { &offsets };
+        let bits = if four {
+            quant::Bits::Four
+        } else {
+            quant::Bits::Eight
+        };
+        let ok = scales.chunks_exact(2).zip(offs).all(|(s, &o)| {
             let s = f16::from_le_bytes([s[0], s[1]]);
-            quant::splits(true, s, grid.then(|| f16::from_bits(o)))
+            let o = grid.then(|| f16::from_bits(o));
+            quant::split_level_of(bits, !(four && grid), s, o) != quant::Split::No
         });
-        assert!(ok, "every block passes `splits`");
+        assert!(ok, "every block passes `split_level_of`");
     }
     let mut dst = vec![0.0f32; rows];
-    let mut best = [f64::INFINITY; 4];
-    let mut sums = [0.0f32; 4];
+    let mut best = [f64::INFINITY; 8];
+    let mut sums = [0.0f32; 8];
     for _ in 0..trials {
-        for (n, &(_, grid, s)) in kinds.iter().enumerate() {
+        for (n, &(_, four, grid, s)) in kinds.iter().enumerate() {
             let t = Instant::now();
             for _ in 0..10 {
                 let ok = quant::matvec(&mut dst, &x, |i| {
-                    Some(quant::Row::Bytes {
-                        codes: codes.get(i * k..(i + 1) * k)?,
-                        how: quant::ShiftScale {
-                            signed: true,
-                            scales: scales.get(2 * i * blocks..2 * (i + 1) * blocks)?,
-                            offsets: grid.then(|| {
-                                quant::Offsets::F16(&offsets[i * blocks..(i + 1) * blocks])
-                            }),
-                            round_shift: true,
-                            split: match (s && split, grid) {
-                                (false, _) => quant::Split::No,
-                                (true, true) => quant::Split::Rounds,
-                                (true, false) => quant::Split::Exact,
-                            },
+                    let b = i * blocks..(i + 1) * blocks;
+                    let how = quant::ShiftScale {
+                        signed: !(four && grid),
+                        scales: scales.get(2 * b.start..2 * b.end)?,
+                        offsets: grid.then(|| {
+                            quant::Offsets::F16(if four { &offsets4[b] } else { &offsets[b] })
+                        }),
+                        round_shift: true,
+                        split: match (s && split, grid) {
+                            (false, _) => quant::Split::No,
+                            (true, true) => quant::Split::Rounds,
+                            (true, false) => quant::Split::Exact,
                         },
-                        per,
+                    };
+                    Some(match four {
+                        false => quant::Row::Bytes {
+                            codes: codes.get(i * k..(i + 1) * k)?,
+                            how,
+                            per,
+                        },
+                        true => quant::Row::Nibbles {
+                            codes: nibbles.get(i * k / 2..(i + 1) * k / 2)?,
+                            tables: quant::Tables::ShiftScale(how),
+                            per,
+                        },
                     })
                 });
                 assert!(ok);
@@ -83,14 +110,11 @@ fn main() {
             best[n], sums[n]
         );
     }
-    assert_eq!(
-        sums[0].to_bits(),
-        sums[1].to_bits(),
-        "split changes the symmetric dots"
-    );
-    assert_eq!(
-        sums[2].to_bits(),
-        sums[3].to_bits(),
-        "split changes the offset dots"
-    );
+    for pair in sums.chunks_exact(2) {
+        assert_eq!(
+            pair[0].to_bits(),
+            pair[1].to_bits(),
+            "split changes the dots"
+        );
+    }
 }

@@ -30,8 +30,8 @@ pub(crate) enum WeightData {
         offset: Option<OffsetValues>,
         offset_promotes: bool,
         blocks: Blocks,
-        /// Each row group's least [`quant::split_level`] over its blocks, for 8-bit data where
-        /// the split kernels run (else empty: none split).
+        /// Each row group's least [`quant::split_level_of`] over its blocks, for 8-bit or
+        /// 4-bit data where the split kernels run (else empty: none split).
         split: Vec<quant::Split>,
     },
     /// `lut[block, index]`, fp16 palettes of `palette` entries.
@@ -235,18 +235,20 @@ impl Scratch {
     }
 }
 
-/// Each row group's least [`quant::split_level`] over its blocks, for 8-bit `dtype` data
-/// with these fp16 scales and fp16 offsets where the split kernels run (a cost at load
-/// otherwise paid for nothing); else empty (no row is formed by splitting).
+/// Each row group's least [`quant::split_level_of`] over its blocks, for 8-bit or 4-bit
+/// `dtype` data with these fp16 scales and fp16 offsets where the split kernels run (a cost
+/// at load otherwise paid for nothing); else empty (no row is formed by splitting).
 fn split_levels(
     dtype: DType,
     scale: &TensorData,
     offset: Option<&OffsetValues>,
     blocks: &Blocks,
 ) -> Vec<quant::Split> {
-    let signed = match dtype {
-        DType::I8 => true,
-        DType::U8 => false,
+    let (bits, signed) = match dtype {
+        DType::I8 => (quant::Bits::Eight, true),
+        DType::U8 => (quant::Bits::Eight, false),
+        DType::I4 => (quant::Bits::Four, true),
+        DType::U4 => (quant::Bits::Four, false),
         _ => return Vec::new(),
     };
     if !quant::split_used() {
@@ -254,13 +256,16 @@ fn split_levels(
     }
     let scales = Halves::of(scale);
     let offsets = match offset {
-        // symmetric rows stay on the f32 kernels: split, they were no faster end to end on an
-        // Ice Lake server (slower in the streaming benchmark `tests/matvec_speed.rs`)
-        None => return Vec::new(),
+        // symmetric 8-bit rows stay on the f32 kernels: split, they were no faster end to end
+        // on an Ice Lake server (slower in the streaming benchmark `tests/matvec_speed.rs`);
+        // symmetric 4-bit rows split (a table per block: 3% less CPU time decoding a
+        // symmetric int4 SmolLM2 on one thread, session 14)
+        None if bits == quant::Bits::Eight => return Vec::new(),
+        None => None,
         Some(OffsetValues::F16(o)) => Some(o.as_slice()),
         Some(OffsetValues::F32(_)) => return Vec::new(),
     };
-    quant::split_levels(signed, scales.as_slice(), offsets, blocks.col_blocks)
+    quant::split_levels_of(bits, signed, scales.as_slice(), offsets, blocks.col_blocks)
 }
 
 /// A pointwise projection weight shape: `[O, I]` or `[O, I, 1, …]`.

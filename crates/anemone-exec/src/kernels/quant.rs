@@ -13,8 +13,10 @@
 //! F/BW/VL/VBMI, a row length not a multiple of 32, blocks not a multiple of 16 columns) take
 //! the row-forming path in `packed.rs`. On a CPU with AVX512-FP16, 8-bit rows are formed in
 //! fp16 arithmetic, 32 values an instruction (`quant_fp16.rs`, which shows the values equal);
-//! elsewhere 8-bit rows whose blocks all pass [`splits`] (checked at load, [`split_levels`])
-//! round to fp16 by splitting in f32 operations (`quant_split.rs`), the same values.
+//! elsewhere 8-bit rows and 4-bit shift-scale rows (their blocks' 16-entry tables) whose
+//! blocks all pass [`split_level_of`] over their data width's range (checked at load,
+//! [`split_levels_of`]) round to fp16 by splitting in f32 operations (`quant_split.rs`), the
+//! same values.
 
 use half::f16;
 use rayon::prelude::*;
@@ -44,14 +46,16 @@ pub struct ShiftScale<'a> {
     pub offsets: Option<Offsets<'a>>,
     /// `v - offset` is rounded to fp16 (an fp16 or integer offset; an fp32 one promotes).
     pub round_shift: bool,
-    /// How every block of this row passes [`split_level`] (the least level over its blocks,
-    /// checked by whoever sets it; [`Split::No`] is always safe): 8-bit rows may then be
-    /// formed by splitting (`quant_split.rs`), the same values. Ignored in a [`Weight`]'s
+    /// How every block of this row passes [`split_level_of`] for its data width (the least
+    /// level over its blocks, checked by whoever sets it; [`Split::No`] is always safe): 8-bit
+    /// rows and 4-bit rows' tables may then be formed by splitting (`quant_split.rs`), the
+    /// same values. Ignored in a [`Weight`]'s
     /// `all` row (its rows take theirs from [`Weight::with_split`]).
     pub split: Split,
 }
 
-/// Whether the split kernels (`quant_split.rs`) form an 8-bit block, and how.
+/// Whether the split kernels (`quant_split.rs`) form an 8-bit block (or a 4-bit block's
+/// table), and how.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Split {
     /// No: the f32 kernels form it.
@@ -246,18 +250,35 @@ pub fn split_round(d: f32) -> f32 {
 const MIN_NORMAL: f64 = 1.0 / 16384.0;
 const OVERFLOW: f64 = 65520.0;
 
-/// The least nonzero and the largest `|y|` over a block's possible 8-bit data `v` (`signed`:
-/// −128..=127, else 0..=255), `y = r16(fl(v − o))` (or `v` without an offset), and whether
+/// The bit width of a block's integer data: its codes' range is that of the width.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bits {
+    /// int4 (−8..=7) / uint4 (0..=15): a 4-bit row's 16-entry table.
+    Four,
+    /// int8 (−128..=127) / uint8 (0..=255).
+    Eight,
+}
+
+impl Bits {
+    /// The least and the largest data value (`signed`: int, else uint).
+    fn range(self, signed: bool) -> (f64, f64) {
+        match (self, signed) {
+            (Bits::Four, true) => (-8.0, 7.0),
+            (Bits::Four, false) => (0.0, 15.0),
+            (Bits::Eight, true) => (-128.0, 127.0),
+            (Bits::Eight, false) => (0.0, 255.0),
+        }
+    }
+}
+
+/// The least nonzero and the largest `|y|` over a block's possible `bits`-wide data `v`
+/// ([`Bits::range`]), `y = r16(fl(v − o))` (or `v` without an offset), and whether
 /// every `v − o` is exact in fp16; `None` when some nonzero `|v − o|` lies outside
 /// `[2^-14, 65520)` (splitting would not round it as fp16 does). Both ends in O(1): the
 /// extremes of `|v − o|` over the integers of the data range, rounded (monotone) as the
 /// kernels round.
-fn data_range(signed: bool, offset: Option<f16>) -> Option<(f64, f64, bool)> {
-    let (lo, hi) = if signed {
-        (-128.0, 127.0)
-    } else {
-        (0.0, 255.0)
-    };
+fn data_range(bits: Bits, signed: bool, offset: Option<f16>) -> Option<(f64, f64, bool)> {
+    let (lo, hi) = bits.range(signed);
     let Some(o) = offset else {
         return Some((1.0, f64::max(-lo, hi), true));
     };
@@ -307,7 +328,13 @@ fn level_of(range: Option<(f64, f64, bool)>, scale: f16) -> Split {
 /// there on fp16 rounds to infinity). So every nonzero `|v − o|` and `|r16(v − o) · s|` over
 /// the block's possible data `v` must lie in `[2^-14, 65520)`.
 pub fn split_level(signed: bool, scale: f16, offset: Option<f16>) -> Split {
-    level_of(data_range(signed, offset), scale)
+    split_level_of(Bits::Eight, signed, scale, offset)
+}
+
+/// [`split_level`] of a block of `bits`-wide data: the same rule over that width's range
+/// (for [`Bits::Four`], a 4-bit row's 16 table entries `r16(r16(v − o) · s)`).
+pub fn split_level_of(bits: Bits, signed: bool, scale: f16, offset: Option<f16>) -> Split {
+    level_of(data_range(bits, signed, offset), scale)
 }
 
 /// Whether the split kernels form the block ([`split_level`] is not [`Split::No`]).
@@ -325,18 +352,48 @@ pub fn split_levels(
     offsets: Option<&[f16]>,
     per_row: usize,
 ) -> Vec<Split> {
+    split_levels_of(Bits::Eight, signed, scales, offsets, per_row)
+}
+
+/// [`split_levels`] of `bits`-wide data: each row group's least [`split_level_of`].
+pub fn split_levels_of(
+    bits: Bits,
+    signed: bool,
+    scales: &[f16],
+    offsets: Option<&[f16]>,
+    per_row: usize,
+) -> Vec<Split> {
     use std::sync::OnceLock;
-    type Table = Vec<Option<(f64, f64, bool)>>;
-    static TABLES: [OnceLock<Table>; 2] = [OnceLock::new(), OnceLock::new()];
-    let table = TABLES[usize::from(signed)].get_or_init(|| {
-        (0..=u16::MAX)
-            .map(|o| data_range(signed, Some(f16::from_bits(o))))
-            .collect()
-    });
-    let plain = data_range(signed, None);
-    let level = |b: usize, s: f16| match offsets {
-        None => level_of(plain, s),
-        Some(o) => level_of(table[o[b].to_bits() as usize], s),
+    // each offset's `data_range`, its ends as fp16 values (they are: rounded by `r16`, finite
+    // below 65520), 6 bytes an entry: 384 KiB a table
+    type Table = Vec<Option<(f16, f16, bool)>>;
+    // by width, then signedness; each built on first use by a row with offsets
+    static TABLES: [[OnceLock<Table>; 2]; 2] = [
+        [OnceLock::new(), OnceLock::new()],
+        [OnceLock::new(), OnceLock::new()],
+    ];
+    let table = |offsets: Option<&[f16]>| {
+        offsets.map(|_| {
+            TABLES[usize::from(bits == Bits::Eight)][usize::from(signed)].get_or_init(|| {
+                (0..=u16::MAX)
+                    .map(|o| {
+                        let range = data_range(bits, signed, Some(f16::from_bits(o)));
+                        range.map(|(lo, hi, exact)| (f16::from_f64(lo), f16::from_f64(hi), exact))
+                    })
+                    .collect()
+            })
+        })
+    };
+    let (plain, table) = (data_range(bits, signed, None), table(offsets));
+    let level = |b: usize, s: f16| match (offsets, table) {
+        (Some(o), Some(t)) => {
+            let range = t[o[b].to_bits() as usize];
+            level_of(
+                range.map(|(lo, hi, exact)| (lo.to_f64(), hi.to_f64(), exact)),
+                s,
+            )
+        }
+        _ => level_of(plain, s),
     };
     if per_row == 0 || offsets.is_some_and(|o| o.len() < scales.len()) {
         return Vec::new();
@@ -374,8 +431,8 @@ pub fn available() -> bool {
     false
 }
 
-/// Whether the fused kernels run here and form 8-bit rows marked by [`ShiftScale::split`] by
-/// splitting (not on a CPU with AVX512-FP16: its fp16 arithmetic forms them faster).
+/// Whether the fused kernels run here and form 8-bit and 4-bit rows marked by
+/// [`ShiftScale::split`] by splitting (not on a CPU with AVX512-FP16: its fp16 arithmetic forms them faster).
 pub fn split_used() -> bool {
     #[cfg(target_arch = "x86_64")]
     return available() && !avx512::fp16::available();

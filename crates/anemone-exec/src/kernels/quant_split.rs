@@ -1,7 +1,12 @@
-//! 8-bit rows formed by splitting (rows marked [`ShiftScale::split`]): each fp16 rounding of
-//! the f32 kernels of `quant_avx512.rs` done in three f32 operations on either FP port
-//! instead of a `vcvtps2ph` + `vcvtph2ps` round trip (4 uops, 2 of them on port 5, where the
-//! widening of the codes already runs), for a CPU without AVX512-FP16. The same bits.
+//! 8-bit rows and 4-bit shift-scale rows formed by splitting (rows marked
+//! [`ShiftScale::split`]): each fp16 rounding of the f32 kernels of `quant_avx512.rs` done in
+//! three f32 operations on either FP port instead of a `vcvtps2ph` + `vcvtph2ps` round trip
+//! (4 uops, 2 of them on port 5, where the widening of the codes, or the table lookups,
+//! already run), for a CPU without AVX512-FP16. The same bits. A 4-bit row's block table
+//! `r16(r16(v − o) · s)` over its 16 codes is formed so ([`dot_int4`]), its block parameters
+//! read as memory-broadcast operands (no per-block lane permute); the lookups and sums are
+//! `quant_avx512.rs`'s. The load-time rule is the 8-bit one over the 4-bit data range
+//! (`quant::split_level_of`).
 //!
 //! Why the values are the same ([`super::super::split_product`], [`super::super::split_round`]
 //! are the scalar forms, checked against `f16::from_f32` by the tests and over every pair by
@@ -19,24 +24,32 @@
 
 use std::arch::x86_64::*;
 
-use super::super::{Offsets, Row, Split, SPLITTER};
-use super::{dot_rows, scales, Kernel, Parts, NO_OFFSET, ROUNDED};
+use super::super::{Offsets, Row, ShiftScale, Split, Tables, SPLITTER};
+use super::{dot_rows, nibble_indices, scales, Kernel, Parts, NO_OFFSET, ROUNDED};
 
 /// An integer offset `o` with `v − o` exact in fp16 ([`Split::Exact`]): subtracted, not rounded.
 const EXACT: u8 = 3;
 
-/// A row's split level: [`Split::No`] unless it is 8-bit data whose offsets (if any) are
-/// fp16 values rounding after the subtraction, the rows the split kernels take.
+/// The shift-scale parameters of a row the split kernels take: 8-bit data or 4-bit data
+/// (int4 / uint4 tables), fp16 or no offsets, rounded after the subtraction.
+#[inline]
+fn taken<'a>(row: &'a Row) -> Option<&'a ShiftScale<'a>> {
+    let how = match row {
+        Row::Bytes { how, .. }
+        | Row::Nibbles {
+            tables: Tables::ShiftScale(how),
+            ..
+        } => how,
+        Row::Nibbles { .. } => return None,
+    };
+    (how.round_shift && how.offsets.is_none_or(|o| matches!(o, Offsets::F16(_)))).then_some(how)
+}
+
+/// A row's split level: [`Split::No`] unless it is a row the split kernels take (8-bit or
+/// 4-bit data whose offsets, if any, are fp16 values rounding after the subtraction).
 #[inline]
 pub(super) fn level(row: &Row) -> Split {
-    match row {
-        Row::Bytes { how, .. }
-            if how.round_shift && how.offsets.is_none_or(|o| matches!(o, Offsets::F16(_))) =>
-        {
-            how.split
-        }
-        _ => Split::No,
-    }
+    taken(row).map_or(Split::No, |how| how.split)
 }
 
 /// The kernel of [`kernels`] for rows of least level `level` (`None` for `Split::No`).
@@ -49,37 +62,34 @@ pub(super) fn pick<const R: usize>(level: Split, k: Option<[Kernel<R>; 2]>) -> O
     }
 }
 
-/// The split kernels of `row`'s layout, `[Split::Rounds, Split::Exact]`, for rows the split
-/// kernels take (8-bit data, fp16 or no offsets rounded after the subtraction); else `None`.
-pub(super) fn kernels<const R: usize>(row: &Row) -> Option<[Kernel<R>; 2]> {
-    let Row::Bytes { how, per, .. } = row else {
-        return None;
+/// Calls `$f::<R, SIGNED, OFF, WHOLE>` for the split layouts: `[Split::Rounds, Split::Exact]`.
+macro_rules! split_layouts {
+    ($f:ident, $r:ident, $how:expr, $whole:expr) => {
+        match ($how.signed, $how.offsets.is_some(), $whole) {
+            (true, false, true) => [$f::<$r, true, NO_OFFSET, true>; 2],
+            (true, false, false) => [$f::<$r, true, NO_OFFSET, false>; 2],
+            (false, false, true) => [$f::<$r, false, NO_OFFSET, true>; 2],
+            (false, false, false) => [$f::<$r, false, NO_OFFSET, false>; 2],
+            (true, true, true) => [$f::<$r, true, ROUNDED, true>, $f::<$r, true, EXACT, true>],
+            (true, true, false) => [$f::<$r, true, ROUNDED, false>, $f::<$r, true, EXACT, false>],
+            (false, true, true) => [$f::<$r, false, ROUNDED, true>, $f::<$r, false, EXACT, true>],
+            (false, true, false) => [
+                $f::<$r, false, ROUNDED, false>,
+                $f::<$r, false, EXACT, false>,
+            ],
+        }
     };
-    if !how.round_shift || how.offsets.is_some_and(|o| !matches!(o, Offsets::F16(_))) {
-        return None;
-    }
-    let whole = per.is_multiple_of(32);
-    Some(match (how.signed, how.offsets.is_some(), whole) {
-        (true, false, true) => [dot_bytes::<R, true, NO_OFFSET, true>; 2],
-        (true, false, false) => [dot_bytes::<R, true, NO_OFFSET, false>; 2],
-        (false, false, true) => [dot_bytes::<R, false, NO_OFFSET, true>; 2],
-        (false, false, false) => [dot_bytes::<R, false, NO_OFFSET, false>; 2],
-        (true, true, true) => [
-            dot_bytes::<R, true, ROUNDED, true>,
-            dot_bytes::<R, true, EXACT, true>,
-        ],
-        (true, true, false) => [
-            dot_bytes::<R, true, ROUNDED, false>,
-            dot_bytes::<R, true, EXACT, false>,
-        ],
-        (false, true, true) => [
-            dot_bytes::<R, false, ROUNDED, true>,
-            dot_bytes::<R, false, EXACT, true>,
-        ],
-        (false, true, false) => [
-            dot_bytes::<R, false, ROUNDED, false>,
-            dot_bytes::<R, false, EXACT, false>,
-        ],
+}
+
+/// The split kernels of `row`'s layout, `[Split::Rounds, Split::Exact]`, for rows the split
+/// kernels take ([`level`]: 8-bit or 4-bit data, fp16 or no offsets rounded after the
+/// subtraction); else `None`.
+pub(super) fn kernels<const R: usize>(row: &Row) -> Option<[Kernel<R>; 2]> {
+    let how = taken(row)?;
+    let whole = row.per().is_multiple_of(32);
+    Some(match row {
+        Row::Bytes { .. } => split_layouts!(dot_bytes, R, how, whole),
+        Row::Nibbles { .. } => split_layouts!(dot_int4, R, how, whole),
     })
 }
 
@@ -186,5 +196,109 @@ pub(super) unsafe fn dot_bytes<
             };
             product(t, q)
         },
+    )
+}
+
+/// A row's parameters of its next 16 blocks (from every 16th block on), widened: scales `s`,
+/// `C · s` (exact) and fp16 offsets `o`, read per block as memory-broadcast operands (no
+/// lane permute on port 5).
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Run {
+    s: [f32; 16],
+    sc: [f32; 16],
+    o: [f32; 16],
+}
+
+/// The 16 data values a 4-bit code indexes (int4: codes 8..=15 are −8..=−1), as f32.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn int4_codes<const SIGNED: bool>() -> __m512 {
+    if SIGNED {
+        _mm512_setr_ps(
+            0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, -8.0, -7.0, -6.0, -5.0, -4.0, -3.0, -2.0, -1.0,
+        )
+    } else {
+        _mm512_setr_ps(
+            0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0, 12.0, 13.0, 14.0, 15.0,
+        )
+    }
+}
+
+/// The dots of `R` rows of 4-bit data with `x` (`k = x.len()` columns, blocks of `per`), each
+/// block's 16-entry table that of `quant_avx512.rs`'s `dot_int4` (`r16(r16(v − o) · s)`, or
+/// `r16(v · s)`) formed by splitting, looked up and summed as it sums them.
+///
+/// # Safety
+/// As `dot` of `quant_avx512.rs` for rows of 4-bit shift-scale data of one layout, with fp16
+/// offsets (non-null `offsets16`) unless `OFF == NO_OFFSET`. For the values to be those of
+/// the f32 kernels, every row's level ([`level`]) must be `Split::Exact` for `OFF == EXACT`,
+/// else not `Split::No`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
+pub(super) unsafe fn dot_int4<
+    const R: usize,
+    const SIGNED: bool,
+    const OFF: u8,
+    const WHOLE: bool,
+>(
+    p: &[Parts; R],
+    x: &[f32],
+    per: usize,
+) -> [f32; R] {
+    let (k, codes) = (x.len(), int4_codes::<SIGNED>());
+    let blocks = k / per;
+    let mut runs = [Run {
+        s: [0.0; 16],
+        sc: [0.0; 16],
+        o: [0.0; 16],
+    }; R];
+    let c = _mm512_set1_ps(SPLITTER);
+    dot_rows::<__m512, R, WHOLE, 16>(
+        p,
+        k,
+        per,
+        x,
+        |b| {
+            let i = b % 16;
+            if i == 0 {
+                let left = (blocks - b).min(16);
+                let mask = (((1u32 << left) - 1) & 0xFFFF) as __mmask16;
+                for (r, run) in runs.iter_mut().enumerate() {
+                    // SAFETY: every row's scales (and fp16 offsets unless NO_OFFSET) hold
+                    // `blocks` blocks and `b < blocks`: the masked loads read blocks
+                    // `b..b + left` only; the stores write a `Run`'s 16-value arrays
+                    unsafe {
+                        let bits =
+                            _mm256_maskz_loadu_epi16(mask, p[r].scales.add(2 * b) as *const i16);
+                        let s = _mm512_cvtph_ps(bits);
+                        _mm512_store_ps(run.s.as_mut_ptr(), s);
+                        _mm512_store_ps(run.sc.as_mut_ptr(), _mm512_mul_ps(s, c));
+                        if OFF != NO_OFFSET {
+                            let bits =
+                                _mm256_maskz_loadu_epi16(mask, p[r].offsets16.add(b) as *const i16);
+                            // fp16 offsets widened exactly
+                            _mm512_store_ps(run.o.as_mut_ptr(), _mm512_cvtph_ps(bits));
+                        }
+                    }
+                }
+            }
+            std::array::from_fn(|r| {
+                let run = &runs[r];
+                let q = Block {
+                    s: _mm512_set1_ps(run.s[i]),
+                    sc: _mm512_set1_ps(run.sc[i]),
+                    o: _mm512_setzero_ps(),
+                };
+                let t = match OFF {
+                    NO_OFFSET => codes,
+                    // exact: an integer difference of at most 2048 (`Split::Exact`)
+                    EXACT => _mm512_sub_ps(codes, _mm512_set1_ps(run.o[i])),
+                    _ => round(_mm512_sub_ps(codes, _mm512_set1_ps(run.o[i]))),
+                };
+                product(t, &q)
+            })
+        },
+        // SAFETY: row `r` has `k / 2` code bytes and `j + 16 <= k` (`walk`): 8 bytes at `j / 2`
+        |r, t, j| _mm512_permutexvar_ps(unsafe { nibble_indices(p[r].codes.add(j / 2)) }, *t),
     )
 }
