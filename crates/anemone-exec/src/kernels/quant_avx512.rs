@@ -368,30 +368,10 @@ unsafe fn dot_rows<P: Copy, const R: usize, const WHOLE: bool, const BYTES32: us
     sums
 }
 
-/// Calls `$f::<R, SIGNED, OFF, WHOLE>($args)` for a shift-scale layout.
-macro_rules! by_layout {
-    ($f:ident, $r:ident, $how:expr, $whole:expr, ($($a:expr),*)) => {{
-        match ($how.signed, offset_kind($how), $whole) {
-            (true, NO_OFFSET, true) => $f::<$r, true, NO_OFFSET, true>($($a),*),
-            (true, NO_OFFSET, false) => $f::<$r, true, NO_OFFSET, false>($($a),*),
-            (true, ROUNDED, true) => $f::<$r, true, ROUNDED, true>($($a),*),
-            (true, ROUNDED, false) => $f::<$r, true, ROUNDED, false>($($a),*),
-            (true, _, true) => $f::<$r, true, PROMOTES, true>($($a),*),
-            (true, _, false) => $f::<$r, true, PROMOTES, false>($($a),*),
-            (false, NO_OFFSET, true) => $f::<$r, false, NO_OFFSET, true>($($a),*),
-            (false, NO_OFFSET, false) => $f::<$r, false, NO_OFFSET, false>($($a),*),
-            (false, ROUNDED, true) => $f::<$r, false, ROUNDED, true>($($a),*),
-            (false, ROUNDED, false) => $f::<$r, false, ROUNDED, false>($($a),*),
-            (false, _, true) => $f::<$r, false, PROMOTES, true>($($a),*),
-            (false, _, false) => $f::<$r, false, PROMOTES, false>($($a),*),
-        }
-    }};
-}
-
-/// `$f::<R, SIGNED, OFF, WHOLE>` for a shift-scale layout, as a [`Kernel`].
-macro_rules! layout_kernel {
-    ($f:ident, $r:ident, $how:expr, $whole:expr) => {{
-        let k: Kernel<$r> = match ($how.signed, offset_kind($how), $whole) {
+/// `$f::<R, SIGNED, OFF, WHOLE>` for a shift-scale layout, as a function pointer of type `$ty`.
+macro_rules! layout_fn {
+    ($f:ident, $r:ident, $how:expr, $whole:expr, $ty:ty) => {{
+        let k: $ty = match ($how.signed, offset_kind($how), $whole) {
             (true, NO_OFFSET, true) => $f::<$r, true, NO_OFFSET, true>,
             (true, NO_OFFSET, false) => $f::<$r, true, NO_OFFSET, false>,
             (true, ROUNDED, true) => $f::<$r, true, ROUNDED, true>,
@@ -486,7 +466,7 @@ pub unsafe fn dot<const R: usize>(rows: &[Row; R], x: &[f32], fp16: bool) -> [f3
                     return d;
                 }
             }
-            by_layout!(dot_bytes, R, how, whole, (&p, x, per))
+            layout_fn!(dot_bytes, R, how, whole, Kernel<R>)(&p, x, per)
         }
         Row::Nibbles {
             tables: Tables::ShiftScale(how),
@@ -498,7 +478,7 @@ pub unsafe fn dot<const R: usize>(rows: &[Row; R], x: &[f32], fp16: bool) -> [f3
                     return d;
                 }
             }
-            by_layout!(dot_int4, R, how, whole, (&p, x, per))
+            layout_fn!(dot_int4, R, how, whole, Kernel<R>)(&p, x, per)
         }
         Row::Nibbles {
             tables: Tables::Palettes(_),
@@ -541,11 +521,11 @@ fn kernel<const R: usize>(row: &Row, fp16: bool) -> Option<Kernel<R>> {
             (false, true, true) => fp16::dot_int4::<R, false, ROUNDED, true>,
             (false, true, false) => fp16::dot_int4::<R, false, ROUNDED, false>,
         },
-        Row::Bytes { how, .. } if !fp16 => layout_kernel!(dot_bytes, R, how, whole),
+        Row::Bytes { how, .. } if !fp16 => layout_fn!(dot_bytes, R, how, whole, Kernel<R>),
         Row::Nibbles {
             tables: Tables::ShiftScale(how),
             ..
-        } if !fp16 => layout_kernel!(dot_int4, R, how, whole),
+        } if !fp16 => layout_fn!(dot_int4, R, how, whole, Kernel<R>),
         Row::Nibbles {
             tables: Tables::Palettes(_),
             ..
@@ -570,6 +550,9 @@ unsafe fn expand_rows<P: Copy, const WHOLE: bool>(
         _mm512_storeu_ps(po.add(j), vals(p, j))
     });
 }
+
+/// An expansion of one row of a layout: `(parts, k, per, out)`.
+type Expand = unsafe fn(&Parts, usize, usize, &mut [f32]);
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
 unsafe fn expand_bytes<const R: usize, const SIGNED: bool, const OFF: u8, const WHOLE: bool>(
@@ -633,12 +616,12 @@ pub unsafe fn expand(row: &Row, out: &mut [f32], fp16: bool) {
             if fp16 && fp16::takes(how) && fp16::expand(row, &p, out) {
                 return;
             }
-            by_layout!(expand_bytes, ONE, how, whole, (&p, k, per, out))
+            layout_fn!(expand_bytes, ONE, how, whole, Expand)(&p, k, per, out)
         }
         Row::Nibbles {
             tables: Tables::ShiftScale(how),
             ..
-        } => by_layout!(expand_int4, ONE, how, whole, (&p, k, per, out)),
+        } => layout_fn!(expand_int4, ONE, how, whole, Expand)(&p, k, per, out),
         Row::Nibbles {
             tables: Tables::Palettes(_),
             ..
