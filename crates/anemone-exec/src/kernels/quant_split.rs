@@ -24,7 +24,8 @@
 
 use std::arch::x86_64::*;
 
-use super::super::{Offsets, Row, ShiftScale, Split, Tables, SPLITTER};
+use super::super::levels::SPLITTER;
+use super::super::{Offsets, Row, ShiftScale, Split, Tables};
 use super::{dot_rows, nibble_indices, scales, Kernel, Parts, NO_OFFSET, ROUNDED};
 
 /// An integer offset `o` with `v − o` exact in fp16 ([`Split::Exact`]): subtracted, not rounded.
