@@ -160,6 +160,75 @@ unsafe fn scales<const R: usize>(
     s
 }
 
+/// A row's parameters of its next 16 blocks (from every 16th block on), widened: scales `s`,
+/// `C · s` (`C` the split kernels' [`super::levels::SPLITTER`]: exact, 11 + 14 bits) and
+/// offsets `o`, read per block as memory-broadcast operands (no lane permute on port 5).
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Run {
+    s: [f32; 16],
+    sc: [f32; 16],
+    o: [f32; 16],
+}
+
+impl Run {
+    const ZERO: Run = Run {
+        s: [0.0; 16],
+        sc: [0.0; 16],
+        o: [0.0; 16],
+    };
+
+    /// Block `i`'s scale and offset, broadcast.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn params(&self, i: usize) -> Params {
+        Params {
+            s: _mm512_set1_ps(self.s[i]),
+            o: _mm512_set1_ps(self.o[i]),
+        }
+    }
+}
+
+/// Fills each row's [`Run`] with the parameters of blocks `b..b + 16` (fewer at the end):
+/// scales widened, `C · s`, offsets (fp16 ones widened exactly) unless `OFF == NO_OFFSET`.
+/// Blocks must be asked for from 0 in steps of 16.
+///
+/// # Safety
+/// Every row's scales (and offsets, f32 or fp16, whichever is not null, unless
+/// `OFF == NO_OFFSET`) hold `blocks` blocks and `b < blocks`: the masked loads read only
+/// blocks `b..b + 16` that exist.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
+unsafe fn fill_runs<const R: usize, const OFF: u8>(
+    p: &[Parts; R],
+    blocks: usize,
+    b: usize,
+    runs: &mut [Run; R],
+) {
+    let left = (blocks - b).min(16);
+    let mask = (((1u32 << left) - 1) & 0xFFFF) as __mmask16;
+    let c = _mm512_set1_ps(super::levels::SPLITTER);
+    for (r, run) in runs.iter_mut().enumerate() {
+        let s = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(
+            mask,
+            p[r].scales.add(2 * b) as *const i16,
+        ));
+        _mm512_store_ps(run.s.as_mut_ptr(), s);
+        _mm512_store_ps(run.sc.as_mut_ptr(), _mm512_mul_ps(s, c));
+        if OFF != NO_OFFSET {
+            let o = if p[r].offsets16.is_null() {
+                _mm512_maskz_loadu_ps(mask, p[r].offsets.add(b))
+            } else {
+                _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(
+                    mask,
+                    p[r].offsets16.add(b) as *const i16,
+                ))
+            };
+            _mm512_store_ps(run.o.as_mut_ptr(), o);
+        }
+    }
+}
+
 /// Block `b`'s parameters of a row: its widened scale `s` (from [`scales`]), its offset.
 ///
 /// # Safety
@@ -396,15 +465,17 @@ unsafe fn dot_bytes<const R: usize, const SIGNED: bool, const OFF: u8, const WHO
     per: usize,
 ) -> [f32; R] {
     let k = x.len();
-    let (mut run, blocks) = ([_mm512_setzero_ps(); R], k / per);
+    let (mut runs, blocks) = ([Run::ZERO; R], k / per);
     dot_rows::<Params, R, WHOLE, 32>(
         p,
         k,
         per,
         x,
         |b| {
-            let s = scales(p, blocks, b, &mut run);
-            std::array::from_fn(|r| params::<OFF>(&p[r], b, s[r]))
+            if b.is_multiple_of(16) {
+                fill_runs::<R, OFF>(p, blocks, b, &mut runs);
+            }
+            std::array::from_fn(|r| runs[r].params(b % 16))
         },
         |r, pb, j| byte_values::<SIGNED, OFF>(p[r].codes.add(j), *pb),
     )
@@ -417,15 +488,17 @@ unsafe fn dot_int4<const R: usize, const SIGNED: bool, const OFF: u8, const WHOL
     per: usize,
 ) -> [f32; R] {
     let k = x.len();
-    let (mut run, blocks) = ([_mm512_setzero_ps(); R], k / per);
+    let (mut runs, blocks) = ([Run::ZERO; R], k / per);
     dot_rows::<__m512, R, WHOLE, 16>(
         p,
         k,
         per,
         x,
         |b| {
-            let s = scales(p, blocks, b, &mut run);
-            std::array::from_fn(|r| int4_table::<SIGNED, OFF>(params::<OFF>(&p[r], b, s[r])))
+            if b.is_multiple_of(16) {
+                fill_runs::<R, OFF>(p, blocks, b, &mut runs);
+            }
+            std::array::from_fn(|r| int4_table::<SIGNED, OFF>(runs[r].params(b % 16)))
         },
         |r, t, j| _mm512_permutexvar_ps(nibble_indices(p[r].codes.add(j / 2)), *t),
     )

@@ -26,7 +26,7 @@ use std::arch::x86_64::*;
 
 use super::super::levels::SPLITTER;
 use super::super::{Offsets, Row, ShiftScale, Split, Tables};
-use super::{dot_rows, nibble_indices, scales, Kernel, Parts, NO_OFFSET, ROUNDED};
+use super::{dot_rows, fill_runs, nibble_indices, Kernel, Parts, Run, NO_OFFSET, ROUNDED};
 
 /// An integer offset `o` with `v − o` exact in fp16 ([`Split::Exact`]): subtracted, not rounded.
 const EXACT: u8 = 3;
@@ -102,6 +102,17 @@ struct Block {
     o: __m512,
 }
 
+/// Block `i` of a row's [`Run`], broadcast (memory-broadcast operands: no lane permute).
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn block(run: &Run, i: usize) -> Block {
+    Block {
+        s: _mm512_set1_ps(run.s[i]),
+        sc: _mm512_set1_ps(run.sc[i]),
+        o: _mm512_set1_ps(run.o[i]),
+    }
+}
+
 /// `r16(t · s)` for fp16 values `t` whose products with the block's scale pass `splits`.
 #[inline]
 #[target_feature(enable = "avx512f,fma")]
@@ -140,45 +151,21 @@ pub(super) unsafe fn dot_bytes<
     per: usize,
 ) -> [f32; R] {
     let k = x.len();
-    let (mut run, blocks) = ([_mm512_setzero_ps(); R], k / per);
-    // `C · s` and the widened offsets of the next 16 blocks of each row, loaded with the
-    // scales' run (every 16th block), a lane picked per block
-    let (mut sc_run, mut o_run) = ([_mm512_setzero_ps(); R], [_mm512_setzero_ps(); R]);
-    let c = _mm512_set1_ps(SPLITTER);
+    let blocks = k / per;
+    let mut runs = [Run::ZERO; R];
     dot_rows::<Block, R, WHOLE, 32>(
         p,
         k,
         per,
         x,
         |b| {
-            // SAFETY: every row's scales (and fp16 offsets unless NO_OFFSET) hold `blocks`
-            // blocks, `b < blocks`, blocks asked for in order (`walk`).
-            let s = unsafe { scales(p, blocks, b, &mut run) };
-            if b.is_multiple_of(16) {
-                let left = (blocks - b).min(16);
-                let mask = (((1u32 << left) - 1) & 0xFFFF) as __mmask16;
-                for r in 0..R {
-                    sc_run[r] = _mm512_mul_ps(run[r], c);
-                    if OFF != NO_OFFSET {
-                        // SAFETY: as above: offsets `b..b + left` of the row exist (a
-                        // masked load reads no others); fp16 widened exactly
-                        let bits = unsafe {
-                            _mm256_maskz_loadu_epi16(mask, p[r].offsets16.add(b) as *const i16)
-                        };
-                        o_run[r] = _mm512_cvtph_ps(bits);
-                    }
-                }
+            let i = b % 16;
+            if i == 0 {
+                // SAFETY: every row's scales (and fp16 offsets unless NO_OFFSET) hold
+                // `blocks` blocks and `b < blocks`
+                unsafe { fill_runs::<R, OFF>(p, blocks, b, &mut runs) };
             }
-            let lane = _mm512_set1_epi32((b % 16) as i32);
-            std::array::from_fn(|r| Block {
-                s: s[r],
-                sc: _mm512_permutexvar_ps(lane, sc_run[r]),
-                o: if OFF != NO_OFFSET {
-                    _mm512_permutexvar_ps(lane, o_run[r])
-                } else {
-                    _mm512_setzero_ps()
-                },
-            })
+            std::array::from_fn(|r| block(&runs[r], i))
         },
         |r, q, j| {
             // SAFETY: row `r` has `k` codes and `j + 16 <= k` (`walk`).
@@ -198,17 +185,6 @@ pub(super) unsafe fn dot_bytes<
             product(t, q)
         },
     )
-}
-
-/// A row's parameters of its next 16 blocks (from every 16th block on), widened: scales `s`,
-/// `C · s` (exact) and fp16 offsets `o`, read per block as memory-broadcast operands (no
-/// lane permute on port 5).
-#[derive(Clone, Copy)]
-#[repr(C, align(64))]
-struct Run {
-    s: [f32; 16],
-    sc: [f32; 16],
-    o: [f32; 16],
 }
 
 /// The 16 data values a 4-bit code indexes (int4: codes 8..=15 are −8..=−1), as f32.
@@ -248,12 +224,7 @@ pub(super) unsafe fn dot_int4<
 ) -> [f32; R] {
     let (k, codes) = (x.len(), int4_codes::<SIGNED>());
     let blocks = k / per;
-    let mut runs = [Run {
-        s: [0.0; 16],
-        sc: [0.0; 16],
-        o: [0.0; 16],
-    }; R];
-    let c = _mm512_set1_ps(SPLITTER);
+    let mut runs = [Run::ZERO; R];
     dot_rows::<__m512, R, WHOLE, 16>(
         p,
         k,
@@ -262,39 +233,17 @@ pub(super) unsafe fn dot_int4<
         |b| {
             let i = b % 16;
             if i == 0 {
-                let left = (blocks - b).min(16);
-                let mask = (((1u32 << left) - 1) & 0xFFFF) as __mmask16;
-                for (r, run) in runs.iter_mut().enumerate() {
-                    // SAFETY: every row's scales (and fp16 offsets unless NO_OFFSET) hold
-                    // `blocks` blocks and `b < blocks`: the masked loads read blocks
-                    // `b..b + left` only; the stores write a `Run`'s 16-value arrays
-                    unsafe {
-                        let bits =
-                            _mm256_maskz_loadu_epi16(mask, p[r].scales.add(2 * b) as *const i16);
-                        let s = _mm512_cvtph_ps(bits);
-                        _mm512_store_ps(run.s.as_mut_ptr(), s);
-                        _mm512_store_ps(run.sc.as_mut_ptr(), _mm512_mul_ps(s, c));
-                        if OFF != NO_OFFSET {
-                            let bits =
-                                _mm256_maskz_loadu_epi16(mask, p[r].offsets16.add(b) as *const i16);
-                            // fp16 offsets widened exactly
-                            _mm512_store_ps(run.o.as_mut_ptr(), _mm512_cvtph_ps(bits));
-                        }
-                    }
-                }
+                // SAFETY: every row's scales (and fp16 offsets unless NO_OFFSET) hold
+                // `blocks` blocks and `b < blocks`
+                unsafe { fill_runs::<R, OFF>(p, blocks, b, &mut runs) };
             }
             std::array::from_fn(|r| {
-                let run = &runs[r];
-                let q = Block {
-                    s: _mm512_set1_ps(run.s[i]),
-                    sc: _mm512_set1_ps(run.sc[i]),
-                    o: _mm512_setzero_ps(),
-                };
+                let q = block(&runs[r], i);
                 let t = match OFF {
                     NO_OFFSET => codes,
                     // exact: an integer difference of at most 2048 (`Split::Exact`)
-                    EXACT => _mm512_sub_ps(codes, _mm512_set1_ps(run.o[i])),
-                    _ => round(_mm512_sub_ps(codes, _mm512_set1_ps(run.o[i]))),
+                    EXACT => _mm512_sub_ps(codes, q.o),
+                    _ => round(_mm512_sub_ps(codes, q.o)),
                 };
                 product(t, &q)
             })
