@@ -256,11 +256,10 @@ fn split_levels(
     }
     let scales = Halves::of(scale);
     let offsets = match offset {
-        // symmetric 8-bit rows stay on the f32 kernels: split, they were no faster end to end
-        // on an Ice Lake server (slower in the streaming benchmark `tests/matvec_speed.rs`);
-        // symmetric 4-bit rows split (a table per block: 3% less CPU time decoding a
-        // symmetric int4 SmolLM2 on one thread, session 14)
-        None if bits == quant::Bits::Eight => return Vec::new(),
+        // symmetric rows split too: 8-bit ones since their block parameters are read as
+        // memory-broadcast operands (session 15: 4–8% less CPU time decoding a symmetric int8
+        // SmolLM2 on one thread; `tests/matvec_speed.rs` 0.083 against 0.091 ns a weight);
+        // 4-bit ones a table per block (3% less, session 14)
         None => None,
         Some(OffsetValues::F16(o)) => Some(o.as_slice()),
         Some(OffsetValues::F32(_)) => return Vec::new(),

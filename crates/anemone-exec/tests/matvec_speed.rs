@@ -139,42 +139,42 @@ fn matvec_throughput() {
             .map(|i| (i * 7919 % 251) as u8)
             .collect();
         let blocks = k / per;
+        // every scale and offset here passes `quant::splits`
+        let level = match (name.contains("split"), name.contains("grid")) {
+            (false, _) => quant::Split::No,
+            (true, true) => quant::Split::Rounds,
+            (true, false) => quant::Split::Exact,
+        };
+        let levels = vec![level; rows];
         let ns = team::with_team(&team, || {
             time(n, count, |m| {
-                let ok = quant::matvec(&mut dst, &x, |i| {
-                    let r = m * rows + i;
-                    let c = codes.get(r * row_bytes..(r + 1) * row_bytes)?;
-                    let how = quant::ShiftScale {
-                        signed: true,
-                        scales: scales.get(2 * r * blocks..2 * (r + 1) * blocks)?,
-                        offsets: name
-                            .contains("grid")
-                            .then(|| quant::Offsets::F16(&offsets[r * blocks..(r + 1) * blocks])),
-                        round_shift: true,
-                        // every scale and offset here passes `quant::splits`
-                        split: match (
-                            name.contains("split") && quant::split_used(),
-                            name.contains("grid"),
-                        ) {
-                            (false, _) => quant::Split::No,
-                            (true, true) => quant::Split::Rounds,
-                            (true, false) => quant::Split::Exact,
-                        },
-                    };
-                    Some(match name {
-                        "int4" => quant::Row::Nibbles {
-                            codes: c,
-                            tables: quant::Tables::ShiftScale(how),
-                            per,
-                        },
-                        "lut4" => quant::Row::Nibbles {
-                            codes: c,
-                            tables: quant::Tables::Palettes(&palettes[16 * i..16 * (i + 1)]),
-                            per: k,
-                        },
-                        _ => quant::Row::Bytes { codes: c, how, per },
-                    })
-                });
+                // matrix `m` as a decode step reads a weight: whole, its rows found by arithmetic
+                let (first, end) = (m * rows, (m + 1) * rows);
+                let c = &codes[first * row_bytes..end * row_bytes];
+                let how = quant::ShiftScale {
+                    signed: true,
+                    scales: &scales[2 * first * blocks..2 * end * blocks],
+                    offsets: name
+                        .contains("grid")
+                        .then(|| quant::Offsets::F16(&offsets[first * blocks..end * blocks])),
+                    round_shift: true,
+                    split: quant::Split::No,
+                };
+                let all = match name {
+                    "int4" => quant::Row::Nibbles {
+                        codes: c,
+                        tables: quant::Tables::ShiftScale(how),
+                        per,
+                    },
+                    "lut4" => quant::Row::Nibbles {
+                        codes: c,
+                        tables: quant::Tables::Palettes(&palettes),
+                        per: k,
+                    },
+                    _ => quant::Row::Bytes { codes: c, how, per },
+                };
+                let w = quant::Weight::new(all, k, 1).unwrap().with_split(&levels);
+                let ok = quant::matvec_weights(&mut [(&mut dst[..], w)], &x);
                 assert!(ok || !quant::available());
             })
         });
