@@ -1,7 +1,8 @@
 //! Checks the split roundings of the 8-bit kernels (`kernels::quant::split_product`,
 //! `split_round`) against `f16::from_f32` over their whole domain wherever
 //! `kernels::quant::splits` admits a block, and that `splits` admits the usual blocks:
-//! - `r16(v · s)`: every 8-bit value `v` (−128..=255) × every fp16 scale `s` (2^16);
+//! - `r16(v · s)`: every 8-bit value `v` (−128..=255) × every fp16 scale `s` (2^16), subnormal
+//!   ones included (integer data: a subnormal product is an fp16 value);
 //! - `r16(v − o)`: every `v` × every fp16 offset `o`;
 //! - `r16(y · s)`: every fp16 `y` × every fp16 `s` (2^32 pairs, about a minute), wherever the
 //!   product is zero or an fp16 normal below 65520 (the range `splits` keeps the products in).

@@ -1,6 +1,7 @@
 //! The rule that admits a block of compressed data to the split kernels (`quant_split.rs`):
 //! splitting in f32 rounds to fp16's 11 significant bits, which is fp16's rounding only where
-//! every value a block can form is zero or an fp16 normal below the overflow threshold. Checked
+//! every value a block can form is zero or an fp16 normal below the overflow threshold (or an
+//! fp16 value already: a subnormal product of integer data). Checked
 //! at load ([`split_levels_of`]), in O(1) a block.
 
 use half::f16;
@@ -106,16 +107,22 @@ fn data_range(bits: Bits, signed: bool, offset: Option<f16>) -> Option<(f64, f64
 }
 
 /// The level of `s` over data with range `range` ([`data_range`]).
+///
+/// Where the differences are exact (`Split::Exact`: integers `t`), a product `t · s` is an
+/// integer multiple of 2^-24 (every fp16 value is), so one below 2^-14 is an fp16 subnormal
+/// as it stands: fp16 leaves it as is, and so does splitting (it has at most 10 significant
+/// bits). Only overflow refuses such a block, whatever its scale.
 fn level_of(range: Option<(f64, f64, bool)>, scale: f16) -> Split {
     let Some((ymin, ymax, exact)) = range else {
         return Split::No;
     };
     let s = scale.to_f64().abs();
-    let ok = s.is_finite() && (s == 0.0 || (ymin * s >= MIN_NORMAL && ymax * s < OVERFLOW));
-    match (ok, exact) {
-        (false, _) => Split::No,
-        (true, false) => Split::Rounds,
-        (true, true) => Split::Exact,
+    let finite = s.is_finite() && ymax * s < OVERFLOW;
+    let normal = s == 0.0 || ymin * s >= MIN_NORMAL;
+    match (finite, exact, normal) {
+        (false, ..) | (true, false, false) => Split::No,
+        (true, false, true) => Split::Rounds,
+        (true, true, _) => Split::Exact,
     }
 }
 
@@ -123,8 +130,10 @@ fn level_of(range: Option<(f64, f64, bool)>, scale: f16) -> Split {
 /// int8, else uint8) with fp16 scale `scale` and fp16 offset `offset` (`None`: no offset)
 /// exactly as `decompress` does: splitting rounds to 11 significant bits, which is fp16's
 /// rounding only for results that are zero or fp16 normals (≥ 2^-14) below 65520 (from
-/// there on fp16 rounds to infinity). So every nonzero `|v − o|` and `|r16(v − o) · s|` over
-/// the block's possible data `v` must lie in `[2^-14, 65520)`.
+/// there on fp16 rounds to infinity), or already fp16 values. So every nonzero `|v − o|` and
+/// `|r16(v − o) · s|` over the block's possible data `v` must lie in `[2^-14, 65520)`, except
+/// that products of integer differences (no offset, or an integer one: [`Split::Exact`]) may
+/// be subnormal ([`level_of`]).
 pub fn split_level(signed: bool, scale: f16, offset: Option<f16>) -> Split {
     split_level_of(Bits::Eight, signed, scale, offset)
 }

@@ -13,8 +13,9 @@
 //! `examples/split_exhaustive.rs`): the f32 kernels form `r16(f32(v) · s)` or
 //! `r16(r16(f32(v) − o) · s)`. Veltkamp's splitting of an f32 value `d` with `C = 2^13 + 1`,
 //! `γ = fl(C · d)`, `γ − fl(γ − d)`, is `d` rounded to nearest even at 11 significant bits;
-//! that is fp16's rounding `r16` when the result is zero or an fp16 normal below 65520, which
-//! [`super::super::splits`] proved at load for every block of the row. For the product,
+//! that is fp16's rounding `r16` when the result is zero or an fp16 normal below 65520, or
+//! already an fp16 value (a subnormal product of integer data and an fp16 scale, a multiple of
+//! 2^-24), which [`super::super::splits`] proved at load for every block of the row. For the product,
 //! `t · s` (`t` an fp16 value) is exact in f32, so `fl(C · (t · s)) = fl(t · (C · s))` with
 //! `C · s` exact (formed once per block), and `fl(γ − t · s)` is one fused multiply-add:
 //! 3 operations from `t`. For `v − o` the f32 difference is rounded (as by the f32 kernels;
