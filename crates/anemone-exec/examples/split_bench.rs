@@ -1,8 +1,9 @@
-//! Single-thread throughput of the fused int8 and int4 / uint4 matvecs with and without
-//! splitting, symmetric and with fp16 offsets, on a weight that stays in cache (the kernel's arithmetic, not memory):
-//! the minimum over interleaved trials, robust to other load on the machine.
+//! Throughput of the fused int8 and int4 / uint4 matvecs with and without splitting,
+//! symmetric and with fp16 offsets, on a weight that stays in cache (the kernel's arithmetic, not
+//! memory): the minimum over interleaved trials, robust to other load on the machine. The rows
+//! are spread over rayon's pool: set `RAYON_NUM_THREADS=1` for one core's figure.
 //!
-//! `cargo run --release -p anemone-exec --example split_bench [rows cols [trials]]`
+//! `RAYON_NUM_THREADS=1 cargo run --release -p anemone-exec --example split_bench [rows cols [trials]]`
 
 use std::time::Instant;
 
