@@ -189,9 +189,10 @@ impl Run {
     }
 }
 
-/// Fills each row's [`Run`] with the parameters of blocks `b..b + 16` (fewer at the end):
-/// scales widened, `C · s`, offsets (fp16 ones widened exactly) unless `OFF == NO_OFFSET`.
-/// Blocks must be asked for from 0 in steps of 16.
+/// Block `b`'s lane in each row's [`Run`], refilling the runs at every 16th block with the
+/// parameters of blocks `b..b + 16` (fewer at the end): scales widened, `C · s`, offsets
+/// (fp16 ones widened exactly) unless `OFF == NO_OFFSET`. Blocks must be asked for in order
+/// from 0.
 ///
 /// # Safety
 /// Every row's scales (and offsets, f32 or fp16, whichever is not null, unless
@@ -199,12 +200,16 @@ impl Run {
 /// blocks `b..b + 16` that exist.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
-unsafe fn fill_runs<const R: usize, const OFF: u8>(
+unsafe fn run_lane<const R: usize, const OFF: u8>(
     p: &[Parts; R],
     blocks: usize,
     b: usize,
     runs: &mut [Run; R],
-) {
+) -> usize {
+    let lane = b % 16;
+    if lane != 0 {
+        return lane;
+    }
     let left = (blocks - b).min(16);
     let mask = (((1u32 << left) - 1) & 0xFFFF) as __mmask16;
     let c = _mm512_set1_ps(super::levels::SPLITTER);
@@ -227,6 +232,7 @@ unsafe fn fill_runs<const R: usize, const OFF: u8>(
             _mm512_store_ps(run.o.as_mut_ptr(), o);
         }
     }
+    0
 }
 
 /// Block `b`'s parameters of a row: its widened scale `s` (from [`scales`]), its offset.
@@ -472,10 +478,8 @@ unsafe fn dot_bytes<const R: usize, const SIGNED: bool, const OFF: u8, const WHO
         per,
         x,
         |b| {
-            if b.is_multiple_of(16) {
-                fill_runs::<R, OFF>(p, blocks, b, &mut runs);
-            }
-            std::array::from_fn(|r| runs[r].params(b % 16))
+            let lane = run_lane::<R, OFF>(p, blocks, b, &mut runs);
+            std::array::from_fn(|r| runs[r].params(lane))
         },
         |r, pb, j| byte_values::<SIGNED, OFF>(p[r].codes.add(j), *pb),
     )
@@ -495,10 +499,8 @@ unsafe fn dot_int4<const R: usize, const SIGNED: bool, const OFF: u8, const WHOL
         per,
         x,
         |b| {
-            if b.is_multiple_of(16) {
-                fill_runs::<R, OFF>(p, blocks, b, &mut runs);
-            }
-            std::array::from_fn(|r| int4_table::<SIGNED, OFF>(runs[r].params(b % 16)))
+            let lane = run_lane::<R, OFF>(p, blocks, b, &mut runs);
+            std::array::from_fn(|r| int4_table::<SIGNED, OFF>(runs[r].params(lane)))
         },
         |r, t, j| _mm512_permutexvar_ps(nibble_indices(p[r].codes.add(j / 2)), *t),
     )

@@ -27,7 +27,7 @@ use std::arch::x86_64::*;
 
 use super::super::levels::SPLITTER;
 use super::super::{Offsets, Row, ShiftScale, Split, Tables};
-use super::{dot_rows, fill_runs, nibble_indices, Kernel, Parts, Run, NO_OFFSET, ROUNDED};
+use super::{dot_rows, nibble_indices, run_lane, Kernel, Parts, Run, NO_OFFSET, ROUNDED};
 
 /// An integer offset `o` with `v − o` exact in fp16 ([`Split::Exact`]): subtracted, not rounded.
 const EXACT: u8 = 3;
@@ -132,6 +132,58 @@ fn round(d: __m512) -> __m512 {
     _mm512_sub_ps(g, _mm512_sub_ps(g, d))
 }
 
+/// `r16(v − o)` of data values `v` with the block's offset, as the f32 kernels form it: `v`
+/// without an offset, the exact difference of an integer one within 2048 (`Split::Exact`), else
+/// the difference rounded by splitting.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn shifted<const OFF: u8>(v: __m512, q: &Block) -> __m512 {
+    match OFF {
+        NO_OFFSET => v,
+        EXACT => _mm512_sub_ps(v, q.o),
+        _ => round(_mm512_sub_ps(v, q.o)),
+    }
+}
+
+/// `dot_rows` with each block's parameters read from the rows' [`Run`]s (as memory-broadcast
+/// operands) and turned into what a chunk needs by `per_block` (the parameters themselves, or
+/// a 4-bit row's table).
+///
+/// # Safety
+/// As `dot_rows`, and every row's scales (and fp16 offsets unless `OFF == NO_OFFSET`) hold
+/// `x.len() / per` blocks.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
+unsafe fn split_rows<
+    P: Copy,
+    const R: usize,
+    const OFF: u8,
+    const WHOLE: bool,
+    const BYTES32: usize,
+>(
+    p: &[Parts; R],
+    x: &[f32],
+    per: usize,
+    per_block: impl Fn(Block) -> P,
+    vals: impl Fn(usize, &P, usize) -> __m512,
+) -> [f32; R] {
+    let (k, mut runs) = (x.len(), [Run::ZERO; R]);
+    let blocks = k / per;
+    dot_rows::<P, R, WHOLE, BYTES32>(
+        p,
+        k,
+        per,
+        x,
+        |b| {
+            // SAFETY: every row's scales (and fp16 offsets unless NO_OFFSET) hold `blocks`
+            // blocks and `b < blocks`, blocks asked for in order (`walk`)
+            let lane = unsafe { run_lane::<R, OFF>(p, blocks, b, &mut runs) };
+            std::array::from_fn(|r| per_block(block(&runs[r], lane)))
+        },
+        vals,
+    )
+}
+
 /// The dots of `R` rows with `x` (`k = x.len()` columns, blocks of `per`), each row's values
 /// those of `quant_avx512.rs`'s `dot_bytes`, summed as it sums them.
 ///
@@ -151,23 +203,11 @@ pub(super) unsafe fn dot_bytes<
     x: &[f32],
     per: usize,
 ) -> [f32; R] {
-    let k = x.len();
-    let blocks = k / per;
-    let mut runs = [Run::ZERO; R];
-    dot_rows::<Block, R, WHOLE, 32>(
+    split_rows::<Block, R, OFF, WHOLE, 32>(
         p,
-        k,
-        per,
         x,
-        |b| {
-            let i = b % 16;
-            if i == 0 {
-                // SAFETY: every row's scales (and fp16 offsets unless NO_OFFSET) hold
-                // `blocks` blocks and `b < blocks`
-                unsafe { fill_runs::<R, OFF>(p, blocks, b, &mut runs) };
-            }
-            std::array::from_fn(|r| block(&runs[r], i))
-        },
+        per,
+        |q| q,
         |r, q, j| {
             // SAFETY: row `r` has `k` codes and `j + 16 <= k` (`walk`).
             let raw = unsafe { _mm_loadu_si128(p[r].codes.add(j) as *const __m128i) };
@@ -176,14 +216,7 @@ pub(super) unsafe fn dot_bytes<
             } else {
                 _mm512_cvtepu8_epi32(raw)
             };
-            let v = _mm512_cvtepi32_ps(ints);
-            let t = match OFF {
-                NO_OFFSET => v,
-                // exact: an integer difference of at most 2048 (`Split::Exact`)
-                EXACT => _mm512_sub_ps(v, q.o),
-                _ => round(_mm512_sub_ps(v, q.o)),
-            };
-            product(t, q)
+            product(shifted::<OFF>(_mm512_cvtepi32_ps(ints), q), q)
         },
     )
 }
@@ -223,32 +256,12 @@ pub(super) unsafe fn dot_int4<
     x: &[f32],
     per: usize,
 ) -> [f32; R] {
-    let (k, codes) = (x.len(), int4_codes::<SIGNED>());
-    let blocks = k / per;
-    let mut runs = [Run::ZERO; R];
-    dot_rows::<__m512, R, WHOLE, 16>(
+    let codes = int4_codes::<SIGNED>();
+    split_rows::<__m512, R, OFF, WHOLE, 16>(
         p,
-        k,
-        per,
         x,
-        |b| {
-            let i = b % 16;
-            if i == 0 {
-                // SAFETY: every row's scales (and fp16 offsets unless NO_OFFSET) hold
-                // `blocks` blocks and `b < blocks`
-                unsafe { fill_runs::<R, OFF>(p, blocks, b, &mut runs) };
-            }
-            std::array::from_fn(|r| {
-                let q = block(&runs[r], i);
-                let t = match OFF {
-                    NO_OFFSET => codes,
-                    // exact: an integer difference of at most 2048 (`Split::Exact`)
-                    EXACT => _mm512_sub_ps(codes, q.o),
-                    _ => round(_mm512_sub_ps(codes, q.o)),
-                };
-                product(t, &q)
-            })
-        },
+        per,
+        |q| product(shifted::<OFF>(codes, &q), &q),
         // SAFETY: row `r` has `k / 2` code bytes and `j + 16 <= k` (`walk`): 8 bytes at `j / 2`
         |r, t, j| _mm512_permutexvar_ps(unsafe { nibble_indices(p[r].codes.add(j / 2)) }, *t),
     )
