@@ -21,9 +21,11 @@
 //!   later block is added as `fma(1, s_b, dst)`, i.e. `dst + s_b` rounded once.
 //!
 //! [`matmul`] does exactly that per element, 16 tokens (columns of `b`) a vector: tiles of up
-//! to 64 columns × 6 rows of `a`, fp16 rows of `a` widened (exactly) six at a time. Whether it
-//! agrees with the `gemm` of this build on this CPU is checked once per process on data
-//! ([`available`]); when it does not (or without AVX-512F), callers keep `gemm`.
+//! to 64 columns × 6 rows of `a`, fp16 rows of `a` widened (exactly) six at a time; row groups
+//! outermost, or blocks of `kc` depths outermost where `b` would not stay in the L2 cache
+//! (each element's blocks still arrive in order: the same values). Whether it agrees with the
+//! `gemm` of this build on this CPU is checked once per process on data ([`available`]); when
+//! it does not (or without AVX-512F), callers keep `gemm`.
 
 use std::sync::OnceLock;
 
@@ -215,6 +217,7 @@ unsafe fn product(
         m
     };
     let blocks = m.div_ceil(rows_per_block);
+    let depth_outer = k > kc && 4 * k * n > b_panel_budget();
     let out = crate::team::SharedOut::new(dst);
     let run_block = |blk: usize| {
         let r0 = blk * rows_per_block;
@@ -230,7 +233,13 @@ unsafe fn product(
                 Err(_) => &mut own,
             };
             // SAFETY: the caller's contract; rows r0..r1 of `a` and `dst`.
-            unsafe { rows(d, a, m, r0, r1, k, b, kc, accumulate, scratch) };
+            unsafe {
+                if depth_outer {
+                    rows_depth_outer(d, a, r0, r1, k, b, kc, accumulate, scratch)
+                } else {
+                    rows(d, a, m, r0, r1, k, b, kc, accumulate, scratch)
+                }
+            };
         });
     };
     crate::team::for_each_block(team.as_deref(), blocks, &run_block);
@@ -278,30 +287,145 @@ unsafe fn rows(
             }
             Lhs::F16(w16) => (w16.as_ptr().add(next * k) as *const u8, 2 * next_rows * k),
         };
-        let mut t0 = 0;
-        while t0 < n {
-            let nt = TILE_COLS.min(n - t0);
-            let mv = nt.div_ceil(16);
-            let tail = nt - 16 * (mv - 1);
-            let args = TileArgs {
+        let row_tiles = TileArgs {
+            w,
+            w_rs,
+            x: b.data.as_ptr(),
+            x_rs: b.rs,
+            dst: d.as_mut_ptr().add((g0 - r0) * n),
+            dst_rs: n,
+            mask: !0,
+            k,
+            kc,
+            accumulate,
+            pf,
+            pf_lines: pf_bytes / 64,
+            pf_rows: 1,
+            pf_stride: 0,
+        };
+        across_columns(row_tiles, n, nr);
+        g0 += nr;
+    }
+}
+
+/// Bytes of `b` beyond which [`rows`] would stream it from beyond the L2 cache once per row
+/// group, so [`rows_depth_outer`] takes over: half this core's L2 (the weight rows and `dst` pass through it too). Qwen2.5's down projection (k =
+/// 4864, 1.2 MiB of `b` for 64 tokens) took 19% less time so on one thread (session 16,
+/// `prefill_product_speed`, best of 3 interleaved: 7371 → 5994 µs fp16, 6733 → 5814 f32);
+/// panels that fit gained nothing measurable.
+#[cfg(target_arch = "x86_64")]
+fn b_panel_budget() -> usize {
+    gemm_common::cache::CACHE_INFO[1].cache_bytes / 2
+}
+
+/// Rows `r0..r1` of the product into `d`, one block of `kc` depths at a time over every row
+/// group: that block of `b` (`kc × n`) stays in cache while the rows pass over it, where
+/// [`rows`] streams all of `b` once per row group. Each output element still gets its blocks
+/// in order, each summed from +0 and added once (module docs): the values do not depend on
+/// the loop order.
+///
+/// # Safety
+/// As [`product`]; `d` holds `(r1 - r0) · n` values.
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn rows_depth_outer(
+    d: &mut [f32],
+    a: Lhs,
+    r0: usize,
+    r1: usize,
+    k: usize,
+    b: MatRef,
+    kc: usize,
+    accumulate: bool,
+    scratch: &mut Vec<f32>,
+) {
+    let n = b.cols;
+    let mut d0 = 0;
+    while d0 < k {
+        let depth = kc.min(k - d0);
+        let mut g0 = r0;
+        while g0 < r1 {
+            let nr = TILE_ROWS.min(r1 - g0);
+            let (w, w_rs) = match a {
+                Lhs::F32 { data, rs } => (data.as_ptr().add(g0 * rs + d0), rs),
+                Lhs::F16(w16) => {
+                    scratch.resize(nr * depth, 0.0);
+                    for (j, row) in scratch.chunks_exact_mut(depth).enumerate() {
+                        let start = (g0 + j) * k + d0;
+                        super::gemm_f16::widen(&w16[start..start + depth], row);
+                    }
+                    (scratch.as_ptr(), depth)
+                }
+            };
+            // the next row group's part of this depth block (or the next block's first group)
+            let (next, next_d0) = if g0 + nr < r1 {
+                (g0 + nr, d0)
+            } else {
+                (r0, d0 + depth)
+            };
+            let next_rows = TILE_ROWS.min(r1 - next);
+            let next_depth = kc.min(k.saturating_sub(next_d0));
+            let (pf, pf_stride, bytes) = match a {
+                Lhs::F32 { data, rs } => (
+                    data.as_ptr().add(next * rs + next_d0.min(k)) as *const u8,
+                    4 * rs,
+                    4 * next_depth,
+                ),
+                Lhs::F16(w16) => (
+                    w16.as_ptr().add(next * k + next_d0.min(k)) as *const u8,
+                    2 * k,
+                    2 * next_depth,
+                ),
+            };
+            let (pf_lines, pf_rows) = if next_depth == 0 {
+                (0, 1)
+            } else {
+                (bytes.div_ceil(64), next_rows)
+            };
+            let row_tiles = TileArgs {
                 w,
                 w_rs,
-                x: b.data.as_ptr().add(t0),
+                x: b.data.as_ptr().add(d0 * b.rs),
                 x_rs: b.rs,
-                dst: d.as_mut_ptr().add((g0 - r0) * n + t0),
+                dst: d.as_mut_ptr().add((g0 - r0) * n),
                 dst_rs: n,
-                mask: if tail == 16 { !0 } else { (1 << tail) - 1 },
-                k,
-                kc,
-                accumulate,
+                mask: !0,
+                k: depth,
+                kc: depth,
+                accumulate: accumulate || d0 > 0,
                 pf,
-                // once per row group
-                pf_lines: if t0 == 0 { pf_bytes / 64 } else { 0 },
+                pf_lines,
+                pf_rows,
+                pf_stride,
             };
-            TILES[mv - 1][nr - 1](&args);
-            t0 += nt;
+            across_columns(row_tiles, n, nr);
+            g0 += nr;
         }
-        g0 += nr;
+        d0 += depth;
+    }
+}
+
+/// Runs the tiles of `nr` rows across the `n` columns of `b`, 64 at a time: `row_tiles` with
+/// `x` and `dst` at column 0; its prefetch goes with the first tile (once per row group).
+///
+/// # Safety
+/// As [`tile`], for every tile.
+#[cfg(target_arch = "x86_64")]
+unsafe fn across_columns(row_tiles: TileArgs, n: usize, nr: usize) {
+    let mut t0 = 0;
+    while t0 < n {
+        let nt = TILE_COLS.min(n - t0);
+        let mv = nt.div_ceil(16);
+        let tail = nt - 16 * (mv - 1);
+        let args = TileArgs {
+            x: row_tiles.x.add(t0),
+            dst: row_tiles.dst.add(t0),
+            mask: if tail == 16 { !0 } else { (1 << tail) - 1 },
+            pf_lines: if t0 == 0 { row_tiles.pf_lines } else { 0 },
+            ..row_tiles
+        };
+        TILES[mv - 1][nr - 1](&args);
+        t0 += nt;
     }
 }
 
@@ -309,6 +433,7 @@ unsafe fn rows(
 /// columns of `b` (row `d` at `x + d·x_rs`; `mask` selects the lanes of the last vector) into
 /// `dst` (row `j` at `dst + j·dst_rs`); `pf_lines` cache lines from `pf` to prefetch meanwhile.
 #[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy)]
 struct TileArgs {
     w: *const f32,
     w_rs: usize,
@@ -322,6 +447,9 @@ struct TileArgs {
     accumulate: bool,
     pf: *const u8,
     pf_lines: usize,
+    /// `pf_lines` is per row: so many rows `pf_stride` bytes apart (1: one contiguous range).
+    pf_rows: usize,
+    pf_stride: usize,
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -367,12 +495,23 @@ unsafe fn tile<const MV: usize, const NR: usize>(t: &TileArgs) {
         accumulate,
         pf,
         pf_lines,
+        pf_rows,
+        pf_stride,
     } = *t;
     let lanes = |v: usize| if v + 1 == MV { mask } else { !0 };
     // line `min((d · pf_step) >> 16, last)` at depth d: the lines spread evenly over the first
     // half of the k depths, so that the last ones arrive well before the next tile
-    let pf_step = (pf_lines << 17) / k;
-    let pf_last = pf_lines.saturating_sub(1);
+    let pf_total = pf_lines * pf_rows;
+    let pf_step = (pf_total << 17) / k;
+    let pf_last = pf_total.saturating_sub(1);
+    let pf_address = |line: usize| {
+        if pf_rows <= 1 || pf_lines == 0 {
+            pf.wrapping_add(line * 64)
+        } else {
+            let row = line / pf_lines;
+            pf.wrapping_add(row * pf_stride + (line - row * pf_lines) * 64)
+        }
+    };
     let mut add = accumulate;
     let mut d0 = 0;
     while d0 < k {
@@ -382,7 +521,7 @@ unsafe fn tile<const MV: usize, const NR: usize>(t: &TileArgs) {
         for d in d0..d1 {
             // a hint only: it never faults and changes no value
             let line = ((d * pf_step) >> 16).min(pf_last);
-            _mm_prefetch::<_MM_HINT_T1>(pf.wrapping_add(line * 64) as *const i8);
+            _mm_prefetch::<_MM_HINT_T1>(pf_address(line) as *const i8);
             let xr = x.add(d * x_rs);
             let mut xv = [_mm512_setzero_ps(); MV];
             for (v, xv) in xv.iter_mut().enumerate() {

@@ -166,6 +166,60 @@ fn parallel_products_equal_gemm_bit_for_bit() {
     }
 }
 
+/// Both loop orders (row groups outermost, depth blocks outermost) give `gemm`'s values,
+/// whichever this CPU's L2 picks: fp16 and f32 weights, strided ones, a row range inside the
+/// weight, tails, accumulation on and off.
+#[test]
+fn both_loop_orders_equal_gemm_bit_for_bit() {
+    if skip() {
+        return;
+    }
+    for (m, k, n, a_rs) in [
+        (40, 4864, 64, 4864),
+        (13, 1100, 33, 1103),
+        (70, 2100, 17, 2100),
+    ] {
+        let a = values((m - 1) * a_rs + k, 11);
+        let wf: Vec<f32> = (0..m * k).map(|i| a[i / k * a_rs + i % k]).collect();
+        let w16: Vec<f16> = wf.iter().map(|&v| f16::from_f32(v)).collect();
+        let w16f: Vec<f32> = w16.iter().map(|v| v.to_f32()).collect();
+        let x = values(k * n, 12);
+        let b = MatRef::row_major(&x, k, n);
+        let kc = block_len(m, n, k);
+        assert!(k > kc, "{m}×{k}·{k}×{n}: one block");
+        let (r0, r1) = (5, m - 2);
+        for accumulate in [false, true] {
+            let start = values(m * n, 13);
+            for (lhs, dense) in [
+                (Lhs::F32 { data: &a, rs: a_rs }, &wf),
+                (Lhs::F16(&w16), &w16f),
+            ] {
+                let mut want = start.clone();
+                gemm_product(
+                    &mut want,
+                    MatRef::row_major(dense, m, k),
+                    b,
+                    accumulate,
+                    false,
+                );
+                let want = &want[r0 * n..r1 * n];
+                let (mut by_rows, mut by_depth) = (start.clone(), start.clone());
+                let mut scratch = Vec::new();
+                // SAFETY: AVX-512F and FMA (skip checked); operands sized as above.
+                unsafe {
+                    let d = &mut by_rows[r0 * n..r1 * n];
+                    rows(d, lhs, m, r0, r1, k, b, kc, accumulate, &mut scratch);
+                    let d = &mut by_depth[r0 * n..r1 * n];
+                    rows_depth_outer(d, lhs, r0, r1, k, b, kc, accumulate, &mut scratch);
+                }
+                let case = format!("{m}×{k}·{k}×{n} acc {accumulate}");
+                assert_eq!(bits(&by_rows[r0 * n..r1 * n]), bits(want), "rows, {case}");
+                assert_eq!(bits(&by_depth[r0 * n..r1 * n]), bits(want), "depth, {case}");
+            }
+        }
+    }
+}
+
 /// Shapes `gemm` runs on other paths, and operands of other layouts, are not taken; operands
 /// that do not fit are refused.
 #[test]
