@@ -11,13 +11,14 @@ use crate::decompress::{blockwise_shift_scale, const_tensor, lut_to_dense};
 use crate::error::{ExecError, Result};
 use crate::kernels::elementwise::Operand;
 use crate::kernels::kv_elem::KvSlice;
-use crate::kernels::{elementwise, fp16acc, gemm_f16, linalg, norm, shape, Accumulation};
+use crate::kernels::{elementwise, fp16acc, gemm_f16, linalg, norm, shape, spread, Accumulation};
 use crate::package::{Fused, LoadedPackage, PreparedFunction, State, Step};
 use crate::state::StateTensor;
 
 pub(crate) mod attend;
 mod decode_attend;
 mod operands;
+mod prefill_attend;
 mod projections;
 mod window;
 
@@ -208,12 +209,20 @@ impl LoadedPackage {
                 op_type: step.op.mil_type(),
                 detail,
             };
-            // a decode step's heads as one kernel each, over the team; a prefill head's
-            // attention over the filled KV columns only (an observer sees every op)
+            // a decode step's heads as one kernel each, over the team; a prefill step's heads
+            // side by side over the team, or one head's attention over the filled KV columns
+            // only (an observer sees every op)
             if observer.is_none() {
                 let steps = &f.steps[next..];
                 let heads = &f.head_starts[next..];
                 if let Some(n) = decode_attend::try_run(&mut frame, steps, heads).map_err(op_err)? {
+                    hidden_memo = None;
+                    next += n;
+                    continue;
+                }
+                if let Some(n) =
+                    prefill_attend::try_run(&mut frame, steps, heads).map_err(op_err)?
+                {
                     hidden_memo = None;
                     next += n;
                     continue;
@@ -413,7 +422,9 @@ fn finish_output(
     }
     t.dtype = ty.dtype;
     match ty.dtype {
-        DType::F16 if precision == Precision::Fp16 => round_f16_in_place(&mut t.data),
+        DType::F16 if precision == Precision::Fp16 => {
+            spread::blocks(&mut t.data, &round_f16_in_place)
+        }
         DType::I32 => {
             if let Some((i, v)) = t.data.iter().enumerate().find(|(_, v)| v.is_nan()) {
                 return Err(format!(
@@ -640,7 +651,7 @@ fn run_step(fr: &mut Frame, step: &Step) -> Result<Vec<Tensor>, String> {
         }
         Op::Unary { kind, x } => {
             let mut t = fr.take(*x, step)?;
-            elementwise::unary(*kind, &mut t.data);
+            spread::blocks(&mut t.data, &|d| elementwise::unary(*kind, d));
             Ok(vec![t])
         }
         Op::Rsqrt { x, epsilon } => {
@@ -663,6 +674,20 @@ fn run_step(fr: &mut Frame, step: &Step) -> Result<Vec<Tensor>, String> {
             };
             let yt = fr.get(*y)?;
             let data = match reuse {
+                // the same shape or a scalar: in place, over the team when large
+                Some(mut xt) if yt.shape == ty.shape || yt.data.len() == 1 => {
+                    let (kind, dtype) = (*kind, ty.dtype);
+                    if let [scalar] = yt.data[..] {
+                        spread::blocks(&mut xt.data, &|d| {
+                            elementwise::binary_in_place(kind, dtype, d, &[scalar])
+                        });
+                    } else {
+                        spread::blocks_with(&mut xt.data, &yt.data, &|d, y| {
+                            elementwise::binary_in_place(kind, dtype, d, y)
+                        });
+                    }
+                    xt.data
+                }
                 Some(xt) => elementwise::binary(
                     *kind,
                     ty.dtype,

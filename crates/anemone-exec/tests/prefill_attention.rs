@@ -5,13 +5,15 @@
 
 mod common;
 
-use anemone_exec::{OpOutput, Precision, Tensor};
+use anemone_backend::Backend;
+use anemone_exec::{ExecutorBackend, OpOutput, Precision, Tensor};
 use anemone_mil::{DType, Function, FunctionBuilder, TensorType};
 use common::*;
 
 const D: usize = 40; // head dim
 const T: usize = 8; // queries in the window
 const S: usize = 200; // context slots
+const HEADS: usize = 3; // query heads per KV head in the multi-head program
 
 fn attention(dtype: DType) -> Function {
     let mut f = FunctionBuilder::new("main");
@@ -75,6 +77,92 @@ fn a_partly_filled_window_gives_the_observed_values_bit_for_bit() {
             assert_eq!(
                 bits(&out["attn"]),
                 bits(&observed["attn"]),
+                "{dtype:?} {precision:?} window at {start}"
+            );
+        }
+    }
+}
+
+/// Two KV heads of [`HEADS`] query heads each, as the converter writes a prefill step's
+/// attention (the heads' outputs concatenated along channels).
+fn grouped_attention(dtype: DType) -> Function {
+    let mut f = FunctionBuilder::new("main");
+    let mut input =
+        |name: &str, shape: [usize; 4]| f.input(name, TensorType::new(dtype, shape)).unwrap();
+    let mask = input("mask", [1, 1, T, S]);
+    let mut kv_heads = Vec::new();
+    for g in 0..2 {
+        let k = input(&format!("k{g}"), [1, 1, D, S]);
+        let v = input(&format!("v{g}"), [1, 1, D, S]);
+        let qs: Vec<_> = (0..HEADS)
+            .map(|h| input(&format!("q{g}_{h}"), [1, 1, D, T]))
+            .collect();
+        kv_heads.push((qs, k, v));
+    }
+    let mut outs = Vec::new();
+    for (g, (qs, k, v)) in kv_heads.into_iter().enumerate() {
+        outs.extend(attention_heads_named(
+            &mut f,
+            &format!("g{g}h"),
+            &qs,
+            k,
+            v,
+            mask,
+        ));
+    }
+    let all = f.concat("heads", &outs, 2).unwrap();
+    f.output(all).unwrap();
+    f.finish().unwrap()
+}
+
+#[test]
+fn prefill_heads_side_by_side_give_the_observed_values_bit_for_bit() {
+    for (dtype, precision) in [
+        (DType::F16, Precision::Fp16),
+        (DType::F16, Precision::Fp32),
+        (DType::F32, Precision::Fp32),
+    ] {
+        let loaded = load(vec![grouped_attention(dtype)], precision);
+        let pkg = &loaded.package;
+        let backend = ExecutorBackend::with_threads(precision, 2).unwrap();
+        // first position of the window: filled columns only (0, 57), or every column (the
+        // visible ones round up to all: 192)
+        for start in [0usize, 57, 192] {
+            let mask: Vec<f32> = (0..T * S)
+                .map(|i| if i % S <= start + i / S { 0.0 } else { -1e4 })
+                .collect();
+            let t = |shape: Vec<usize>, data: Vec<f32>| match dtype {
+                DType::F16 => Tensor::f16(shape, data).unwrap(),
+                _ => Tensor::f32(shape, data).unwrap(),
+            };
+            let mut named = vec![("mask".to_string(), t(vec![1, 1, T, S], mask))];
+            for g in 0..2u64 {
+                named.push((
+                    format!("k{g}"),
+                    t(vec![1, 1, D, S], values(D * S, 1 + g, 2.0)),
+                ));
+                named.push((
+                    format!("v{g}"),
+                    t(vec![1, 1, D, S], values(D * S, 3 + g, 1.0)),
+                ));
+                for h in 0..HEADS as u64 {
+                    let q = values(D * T, 10 + 4 * g + h, 1.5);
+                    named.push((format!("q{g}_{h}"), t(vec![1, 1, D, T], q)));
+                }
+            }
+            let ins = inputs(named.iter().map(|(n, t)| (n.as_str(), t.clone())).collect());
+            let mut state = pkg.new_state("main").unwrap();
+            let via_team = backend.predict(pkg, "main", &ins, &mut state).unwrap();
+            let mut seen = 0;
+            let mut observer = |_: OpOutput<'_>| seen += 1;
+            let observed = pkg
+                .predict_observed("main", &ins, &mut state, &mut observer)
+                .unwrap();
+            assert_eq!(seen, 6 * 2 * HEADS + 1, "the observed run runs every op");
+            let bits = |t: &Tensor| t.data.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(
+                bits(&via_team["heads"]),
+                bits(&observed["heads"]),
                 "{dtype:?} {precision:?} window at {start}"
             );
         }

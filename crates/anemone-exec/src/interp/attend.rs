@@ -119,6 +119,67 @@ pub(super) fn try_run(
     Ok(Some(STEPS))
 }
 
+/// Every head's output (in the order of `starts`), or `None` when a head cannot be computed so.
+pub(super) type HeadOutputs = Result<Option<Vec<Vec<f32>>>, String>;
+
+/// Runs the heads (and the KV windows between them) opening `steps` whose first step passes
+/// `opens` by `compute`, when there are at least `min_heads`, storing their outputs and
+/// releasing their dead values as their steps would; returns how many steps ran, or `None`
+/// (nothing changed but windows the caller would set the same way) for the caller to run
+/// `steps[0]` as usual. `heads[i]`: whether `steps[i..]` opens a head ([`matches`], planned at
+/// load).
+pub(super) fn run_head_group<'a>(
+    fr: &mut Frame<'a, '_>,
+    steps: &'a [Step],
+    heads: &[bool],
+    (opens, min_heads): (fn(&Step) -> bool, usize),
+    compute: impl FnOnce(&Frame, &[Step], &[usize]) -> HeadOutputs,
+) -> Result<Option<usize>, String> {
+    let (mut i, mut end, mut starts) = (0, 0, Vec::new());
+    loop {
+        match steps.get(i) {
+            Some(s) if matches!(s.fused, Fused::View { .. }) => i += 1,
+            Some(s) if heads.get(i) == Some(&true) && opens(s) => {
+                starts.push(i);
+                i += STEPS;
+                end = i;
+            }
+            _ => break,
+        }
+    }
+    if starts.len() < min_heads.max(1) {
+        return Ok(None);
+    }
+    for step in &steps[..end] {
+        if let Fused::View { state, offset } = &step.fused {
+            if let (Some(v), Some(ty)) = (step.outputs.first(), step.out_types.first()) {
+                fr.slots[v.index()] = Slot::Window {
+                    state,
+                    offset: *offset,
+                    shape: &ty.shape,
+                };
+            }
+        }
+    }
+    let Some(outs) = compute(fr, steps, &starts)? else {
+        return Ok(None);
+    };
+    for (&at, data) in starts.iter().zip(outs) {
+        let last = &steps[at + STEPS - 1];
+        let ty = &last.out_types[0];
+        let t = Tensor {
+            dtype: ty.dtype,
+            shape: ty.shape.clone(),
+            data,
+        };
+        fr.slots[last.outputs[0].index()] = Slot::Owned(finish_output(t, ty, fr.precision)?);
+    }
+    for v in steps[..end].iter().flat_map(|s| &s.release) {
+        fr.slots[v.index()] = Slot::Empty;
+    }
+    Ok(Some(end))
+}
+
 /// `[rows, cols]` of a matrix operand with unit batch dims.
 pub(super) fn matrix(shape: &[usize]) -> Option<(usize, usize)> {
     let r = shape.len();

@@ -6,19 +6,18 @@
 
 use std::borrow::Cow;
 
-use anemone_backend::Tensor;
 use anemone_mil::{DType, Op, Precision, Var};
 use half::f16;
 
-use super::attend::{matrix, STEPS};
-use super::{finish_output, Frame, Slot};
+use super::attend::{matrix, run_head_group, HeadOutputs, STEPS};
+use super::Frame;
 use crate::kernels::attend_one::{
     attend_one, hidden_mask_max, live_columns, scores_match_gemm, Skip,
 };
 use crate::kernels::attention::{HeadWindow, Rounding};
 use crate::kernels::kv_elem::KvSlice;
 use crate::kernels::Accumulation;
-use crate::package::{Fused, Step};
+use crate::package::Step;
 use crate::team::{self, SharedOut};
 
 /// A head's operands, K and V in the element type the state holds.
@@ -46,53 +45,10 @@ pub(super) fn try_run<'a>(
     steps: &'a [Step],
     heads: &[bool],
 ) -> Result<Option<usize>, String> {
-    if fr.acc != Accumulation::F32 {
+    if fr.acc != Accumulation::F32 || !scores_match_gemm() {
         return Ok(None);
     }
-    // the run: windows and heads, up to the last head
-    let (mut i, mut end, mut starts) = (0, 0, Vec::new());
-    loop {
-        match steps.get(i) {
-            Some(s) if matches!(s.fused, Fused::View { .. }) => i += 1,
-            Some(s) if heads.get(i) == Some(&true) && single_query(s) => {
-                starts.push(i);
-                i += STEPS;
-                end = i;
-            }
-            _ => break,
-        }
-    }
-    if starts.is_empty() || !scores_match_gemm() {
-        return Ok(None);
-    }
-    for step in &steps[..end] {
-        if let Fused::View { state, offset } = &step.fused {
-            if let (Some(v), Some(ty)) = (step.outputs.first(), step.out_types.first()) {
-                fr.slots[v.index()] = Slot::Window {
-                    state,
-                    offset: *offset,
-                    shape: &ty.shape,
-                };
-            }
-        }
-    }
-    let Some(outs) = compute(fr, steps, &starts)? else {
-        return Ok(None);
-    };
-    for (&at, data) in starts.iter().zip(outs) {
-        let last = &steps[at + STEPS - 1];
-        let ty = &last.out_types[0];
-        let t = Tensor {
-            dtype: ty.dtype,
-            shape: ty.shape.clone(),
-            data,
-        };
-        fr.slots[last.outputs[0].index()] = Slot::Owned(finish_output(t, ty, fr.precision)?);
-    }
-    for v in steps[..end].iter().flat_map(|s| &s.release) {
-        fr.slots[v.index()] = Slot::Empty;
-    }
-    Ok(Some(end))
+    run_head_group(fr, steps, heads, (single_query, 1), compute)
 }
 
 /// Whether `s` opens a head of one query row (`scores` is `[…, 1, C]`, C ≥ 2, over d ≥ 3
@@ -105,7 +61,7 @@ fn single_query(s: &Step) -> bool {
 }
 
 /// Every head's output, or `None` when one does not have the expected operands.
-fn compute(fr: &Frame, steps: &[Step], starts: &[usize]) -> Result<Option<Vec<Vec<f32>>>, String> {
+fn compute(fr: &Frame, steps: &[Step], starts: &[usize]) -> HeadOutputs {
     let mut heads = Vec::with_capacity(starts.len());
     // the heads of a step share their mask: its largest skipped value, by first skipped column
     let mut mask_max: Option<(usize, usize, Option<f32>)> = None;

@@ -26,7 +26,7 @@ use std::cmp::Ordering::{Equal, Greater, Less};
 
 use anemone_backend::round_f16_in_place;
 
-use super::linalg::{matmul_into, MatRef};
+use super::linalg::{matmul_on, MatRef, PARALLEL_WORK};
 use super::norm::softmax;
 use super::Accumulation;
 
@@ -148,7 +148,34 @@ pub(crate) fn attend_filled_columns(
     k_max: f32,
     round: Rounding,
 ) -> Result<Option<Vec<f32>>, String> {
+    attend_head(w, Columns::Filled { l, k_max }, round, true)
+}
+
+/// Which columns of a head's window [`attend_head`] computes.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Columns {
+    /// The first `l` ([`filled_columns`] of this mask), the rest proven to change nothing by
+    /// the bound `k_max` ([`hidden_key_bound`]).
+    Filled { l: usize, k_max: f32 },
+    /// Every column: the program's six ops as they are, fused only in that no intermediate
+    /// value leaves the kernel.
+    All,
+}
+
+/// One head's `out [dv × t]` over `columns`, or `None` when filled columns cannot be shown to
+/// be the whole answer. `parallel`: whether its products may spread over the threads (the
+/// values do not depend on it; a caller running heads side by side passes `false`).
+pub(crate) fn attend_head(
+    w: &HeadWindow,
+    columns: Columns,
+    round: Rounding,
+    parallel: bool,
+) -> Result<Option<Vec<f32>>, String> {
     let HeadWindow { d, dv, t, c, .. } = *w;
+    let l = match columns {
+        Columns::Filled { l, .. } => l,
+        Columns::All => c,
+    };
 
     // scores [t × l] = qᵀ · k[:, :l]
     let mut s = vec![0.0f32; t * l];
@@ -160,7 +187,7 @@ pub(crate) fn attend_filled_columns(
         rs: c,
         cs: 1,
     };
-    matmul_into(&mut s, qt, kl, false)?;
+    product(&mut s, qt, kl, parallel)?;
     round_if(round.scores, &mut s);
     for (row, mask) in s.chunks_exact_mut(l).zip(w.mask.chunks_exact(c)) {
         row.iter_mut().zip(mask).for_each(|(x, m)| *x += m);
@@ -171,15 +198,8 @@ pub(crate) fn attend_filled_columns(
         .map(|row| row.iter().copied().fold(f32::NEG_INFINITY, f32::max))
         .collect();
     round_if(round.max, &mut max);
-    for (tr, &row_max) in max.iter().enumerate() {
-        let q1: f32 = (0..d).map(|i| w.q[i * t + tr].abs()).sum();
-        let mask_max = w.mask[tr * c + l..(tr + 1) * c]
-            .iter()
-            .copied()
-            .fold(f32::NEG_INFINITY, f32::max);
-        let bound = mask_max + 1.01 * q1 * k_max + 16.0;
-        // a NaN anywhere fails too
-        if !matches!((row_max - bound).partial_cmp(&128.0), Some(Greater | Equal)) {
+    if let Columns::Filled { k_max, .. } = columns {
+        if !hidden_columns_vanish(w, l, k_max, &max) {
             return Ok(None);
         }
     }
@@ -199,14 +219,32 @@ pub(crate) fn attend_filled_columns(
         rs: c,
         cs: 1,
     };
-    matmul_into(
-        &mut out,
-        vl,
-        MatRef::row_major(&s, t, l).transposed(),
-        false,
-    )?;
+    let probs_t = MatRef::row_major(&s, t, l).transposed();
+    product(&mut out, vl, probs_t, parallel)?;
     round_if(round.out, &mut out);
     Ok(Some(out))
+}
+
+/// `dst = a · b` as [`super::linalg::matmul_into`] computes it, spread over the threads only
+/// when `parallel` allows it.
+fn product(dst: &mut [f32], a: MatRef, b: MatRef, parallel: bool) -> Result<(), String> {
+    let wide = a.rows * b.cols * a.cols >= PARALLEL_WORK;
+    matmul_on(dst, a, b, false, parallel && wide)
+}
+
+/// Whether every row's visible maximum (`max`, rounded as the program rounds it) exceeds the
+/// bound on its hidden masked scores by 128 (module docs); a NaN anywhere fails.
+fn hidden_columns_vanish(w: &HeadWindow, l: usize, k_max: f32, max: &[f32]) -> bool {
+    let HeadWindow { d, t, c, .. } = *w;
+    max.iter().enumerate().all(|(tr, &row_max)| {
+        let q1: f32 = (0..d).map(|i| w.q[i * t + tr].abs()).sum();
+        let mask_max = w.mask[tr * c + l..(tr + 1) * c]
+            .iter()
+            .copied()
+            .fold(f32::NEG_INFINITY, f32::max);
+        let bound = mask_max + 1.01 * q1 * k_max + 16.0;
+        matches!((row_max - bound).partial_cmp(&128.0), Some(Greater | Equal))
+    })
 }
 
 #[cfg(test)]

@@ -185,43 +185,80 @@ pub fn binary(
     out_shape: &[usize],
     reuse: Option<Vec<f32>>,
 ) -> Vec<f32> {
-    let (xd, xs, yd, ys) = (x.data, x.shape, y.data, y.shape);
+    struct Whole<'a> {
+        x: Operand<'a>,
+        y: Operand<'a>,
+        out_shape: &'a [usize],
+        reuse: Option<Vec<f32>>,
+    }
+    impl WithOp for Whole<'_> {
+        type Out = Vec<f32>;
+        fn with<F: Fn(f32, f32) -> f32>(self, f: F) -> Vec<f32> {
+            let (x, y) = (self.x, self.y);
+            apply_binary(
+                f,
+                x.data,
+                x.shape,
+                y.data,
+                y.shape,
+                self.out_shape,
+                self.reuse,
+            )
+        }
+    }
+    let whole = Whole {
+        x,
+        y,
+        out_shape,
+        reuse,
+    };
+    dispatch(kind, dtype, whole)
+}
+
+/// `buf[i] = buf[i] ∘ y[i]`, or `buf[i] ∘ y[0]` when `y` holds one value: [`binary`]'s values
+/// for an `x` (held in `buf`) of the output's shape and a `y` of the same shape or a scalar.
+pub fn binary_in_place(kind: BinaryOp, dtype: DType, buf: &mut [f32], y: &[f32]) {
+    struct InPlace<'a> {
+        buf: &'a mut [f32],
+        y: &'a [f32],
+    }
+    impl WithOp for InPlace<'_> {
+        type Out = ();
+        fn with<F: Fn(f32, f32) -> f32>(self, f: F) {
+            if let [b] = *self.y {
+                self.buf.iter_mut().for_each(|a| *a = f(*a, b));
+            } else {
+                assert_eq!(self.buf.len(), self.y.len(), "binary_in_place operands");
+                self.buf
+                    .iter_mut()
+                    .zip(self.y)
+                    .for_each(|(a, &b)| *a = f(*a, b));
+            }
+        }
+    }
+    dispatch(kind, dtype, InPlace { buf, y })
+}
+
+/// Work given the scalar function of a binary op ([`dispatch`]).
+trait WithOp {
+    type Out;
+    fn with<F: Fn(f32, f32) -> f32>(self, f: F) -> Self::Out;
+}
+
+/// `work` with the scalar function of `kind` on values of `dtype` (int32 in f64, exact before
+/// the range check).
+fn dispatch<W: WithOp>(kind: BinaryOp, dtype: DType, work: W) -> W::Out {
     match (kind, dtype == DType::I32) {
-        (BinaryOp::Add, false) => apply_binary(|a, b| a + b, xd, xs, yd, ys, out_shape, reuse),
-        (BinaryOp::Sub, false) => apply_binary(|a, b| a - b, xd, xs, yd, ys, out_shape, reuse),
-        (BinaryOp::Mul, false) => apply_binary(|a, b| a * b, xd, xs, yd, ys, out_shape, reuse),
-        (BinaryOp::RealDiv, _) => apply_binary(|a, b| a / b, xd, xs, yd, ys, out_shape, reuse),
-        (BinaryOp::Maximum, _) => apply_binary(f32::max, xd, xs, yd, ys, out_shape, reuse),
-        (BinaryOp::Minimum, _) => apply_binary(f32::min, xd, xs, yd, ys, out_shape, reuse),
-        (BinaryOp::Pow, _) => apply_binary(f32::powf, xd, xs, yd, ys, out_shape, reuse),
-        // int32 arithmetic in f64 so the result is exact before the range check
-        (BinaryOp::Add, true) => apply_binary(
-            |a, b| int(a as f64 + b as f64),
-            xd,
-            xs,
-            yd,
-            ys,
-            out_shape,
-            reuse,
-        ),
-        (BinaryOp::Sub, true) => apply_binary(
-            |a, b| int(a as f64 - b as f64),
-            xd,
-            xs,
-            yd,
-            ys,
-            out_shape,
-            reuse,
-        ),
-        (BinaryOp::Mul, true) => apply_binary(
-            |a, b| int(a as f64 * b as f64),
-            xd,
-            xs,
-            yd,
-            ys,
-            out_shape,
-            reuse,
-        ),
+        (BinaryOp::Add, false) => work.with(|a, b| a + b),
+        (BinaryOp::Sub, false) => work.with(|a, b| a - b),
+        (BinaryOp::Mul, false) => work.with(|a, b| a * b),
+        (BinaryOp::RealDiv, _) => work.with(|a, b| a / b),
+        (BinaryOp::Maximum, _) => work.with(f32::max),
+        (BinaryOp::Minimum, _) => work.with(f32::min),
+        (BinaryOp::Pow, _) => work.with(f32::powf),
+        (BinaryOp::Add, true) => work.with(|a, b| int(a as f64 + b as f64)),
+        (BinaryOp::Sub, true) => work.with(|a, b| int(a as f64 - b as f64)),
+        (BinaryOp::Mul, true) => work.with(|a, b| int(a as f64 * b as f64)),
     }
 }
 

@@ -15,6 +15,7 @@ pub mod norm;
 pub mod quant;
 pub mod shape;
 pub mod simd;
+pub mod spread;
 
 /// Frees this thread's scratch buffers of wide (multi-token) products: weights widened or
 /// expanded to f32, rows formed for them. They are kept across calls so a prefill allocates

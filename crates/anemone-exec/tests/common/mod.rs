@@ -136,23 +136,35 @@ pub fn attention_heads(
     v: anemone_mil::Var,
     mask: anemone_mil::Var,
 ) -> Vec<anemone_mil::Var> {
+    attention_heads_named(f, "h", qs, k, v, mask)
+}
+
+/// [`attention_heads`] with op names starting `{prefix}{h}_` (several KV heads in one program).
+pub fn attention_heads_named(
+    f: &mut anemone_mil::FunctionBuilder,
+    prefix: &str,
+    qs: &[anemone_mil::Var],
+    k: anemone_mil::Var,
+    v: anemone_mil::Var,
+    mask: anemone_mil::Var,
+) -> Vec<anemone_mil::Var> {
     let mut outs = Vec::new();
     for (h, &q) in qs.iter().enumerate() {
-        let scores = f
-            .matmul(&format!("h{h}_scores"), q, k, true, false)
-            .unwrap();
-        let masked = if h == 1 {
-            f.add(&format!("h{h}_masked"), mask, scores).unwrap()
+        let second = h == 1;
+        let h = format!("{prefix}{h}");
+        let scores = f.matmul(&format!("{h}_scores"), q, k, true, false).unwrap();
+        let masked = if second {
+            f.add(&format!("{h}_masked"), mask, scores).unwrap()
         } else {
-            f.add(&format!("h{h}_masked"), scores, mask).unwrap()
+            f.add(&format!("{h}_masked"), scores, mask).unwrap()
         };
         let row_max = f
-            .reduce_max(&format!("h{h}_max"), masked, &[-1], true)
+            .reduce_max(&format!("{h}_max"), masked, &[-1], true)
             .unwrap();
-        let shifted = f.sub(&format!("h{h}_shifted"), masked, row_max).unwrap();
-        let probs = f.softmax(&format!("h{h}_probs"), shifted, -1).unwrap();
+        let shifted = f.sub(&format!("{h}_shifted"), masked, row_max).unwrap();
+        let probs = f.softmax(&format!("{h}_probs"), shifted, -1).unwrap();
         outs.push(
-            f.matmul(&format!("h{h}_attn"), v, probs, false, true)
+            f.matmul(&format!("{h}_attn"), v, probs, false, true)
                 .unwrap(),
         );
     }

@@ -1,0 +1,231 @@
+//! A prefill step's attention: a run of heads of several query rows (each the six ops
+//! `matmul → add mask → reduce_max → sub → softmax → matmul`, with the KV windows they read
+//! between them) computed by [`attend_head`] — the six ops' values bit for bit — the heads
+//! spread over the team, each head's products on the thread that took it.
+//!
+//! A head's products are too small to split well over threads (a 64-token window against a
+//! few hundred columns), and between them run the head's elementwise ops; whole heads side by
+//! side keep every thread busy from the first head to the last. Which thread computes a head,
+//! and whether its products are split, never changes its values.
+//!
+//! [`attend_head`]: crate::kernels::attention::attend_head
+
+use std::borrow::Cow;
+
+use anemone_mil::{DType, Op, Precision};
+
+use super::attend::{matrix, run_head_group, HeadOutputs, STEPS};
+use super::Frame;
+use crate::kernels::attention::{
+    attend_head, filled_columns, hidden_key_bound, Columns, HeadWindow, Rounding,
+};
+use crate::kernels::kv_elem::KvSlice;
+use crate::kernels::Accumulation;
+use crate::package::Step;
+use crate::team::{self, SharedOut};
+
+/// Runs the heads of several query rows opening `steps` when there are at least two and a team
+/// of two threads or more ([`run_head_group`]'s contract); `None` leaves them to the caller.
+pub(super) fn try_run<'a>(
+    fr: &mut Frame<'a, '_>,
+    steps: &'a [Step],
+    heads: &[bool],
+) -> Result<Option<usize>, String> {
+    if fr.acc != Accumulation::F32 || team::current().is_none_or(|t| t.threads() < 2) {
+        return Ok(None);
+    }
+    run_head_group(fr, steps, heads, (several_queries, 2), compute)
+}
+
+/// Whether `s` opens a head of at least two query rows (`scores` is `[…, T, C]`, T ≥ 2).
+fn several_queries(s: &Step) -> bool {
+    let (Op::Matmul { .. }, Some(ty)) = (&s.op, s.out_types.first()) else {
+        return false;
+    };
+    matches!(matrix(&ty.shape), Some((t, _)) if t >= 2)
+}
+
+/// A head's operands before K and V are known as f32: indices into the widened windows.
+struct Planned<'f> {
+    q: Cow<'f, [f32]>,
+    mask: Cow<'f, [f32]>,
+    kv: usize,
+    shape: (usize, usize, usize, usize),
+    round: Rounding,
+}
+
+/// A KV head's K and V windows as f32, keyed by the windows' addresses.
+type KvWindow<'f> = ((usize, usize), Cow<'f, [f32]>, Cow<'f, [f32]>);
+
+/// Every head's output, or `None` when one does not have the expected operands (or a filled
+/// window's bound fails: the caller's per-head path then runs the six ops).
+fn compute(fr: &Frame, steps: &[Step], starts: &[usize]) -> HeadOutputs {
+    // K and V windows as f32, each once (query heads sharing a KV head read the same ones)
+    let mut windows: Vec<KvWindow> = Vec::new();
+    let mut planned = Vec::with_capacity(starts.len());
+    for &at in starts {
+        let group = &steps[at..at + STEPS];
+        let (Op::Matmul { x: q, y: k, .. }, Op::Binary { x: a, y: b, .. }, Op::Matmul { x: v, .. }) =
+            (&group[0].op, &group[1].op, &group[5].op)
+        else {
+            return Ok(None);
+        };
+        let mask = if *a == group[0].outputs[0] { *b } else { *a };
+        let (q, (k, k_shape), (v, v_shape), mask) = (
+            fr.operand(*q)?,
+            fr.kv_operand(*k)?,
+            fr.kv_operand(*v)?,
+            fr.operand(mask)?,
+        );
+        let out_ty = &group[5].out_types[0];
+        let shapes = (
+            matrix(q.shape),
+            matrix(k_shape),
+            matrix(v_shape),
+            matrix(mask.shape),
+            matrix(&out_ty.shape),
+        );
+        let (Some((d, t)), Some((dk, c)), Some((dv, cv)), Some((tm, cm)), Some((dvo, to))) = shapes
+        else {
+            return Ok(None);
+        };
+        if mask.shape != group[1].out_types[0].shape.as_slice()
+            || dk != d
+            || cv != c
+            || (tm, cm) != (t, c)
+            || (dvo, to) != (dv, t)
+            || q.data.len() != d * t
+            || k.len() != d * c
+            || v.len() != dv * c
+        {
+            return Ok(None);
+        }
+        let key = (k.addr(), v.addr());
+        let kv = match windows.iter().position(|w| w.0 == key) {
+            Some(i) => i,
+            None => {
+                windows.push((key, widened(k), widened(v)));
+                windows.len() - 1
+            }
+        };
+        let fp16 = |s: &Step| fr.precision == Precision::Fp16 && s.out_types[0].dtype == DType::F16;
+        planned.push(Planned {
+            q: q.data,
+            mask: mask.data,
+            kv,
+            shape: (d, dv, t, c),
+            round: Rounding {
+                scores: fp16(&group[0]),
+                masked: fp16(&group[1]),
+                max: fp16(&group[2]),
+                shifted: fp16(&group[3]),
+                probs: fp16(&group[4]),
+                out: fp16(&group[5]),
+            },
+        });
+    }
+    let heads: Vec<(HeadWindow, Rounding)> = planned
+        .iter()
+        .map(|p| {
+            let (d, dv, t, c) = p.shape;
+            let (_, k, v) = &windows[p.kv];
+            let w = HeadWindow {
+                q: &p.q,
+                k,
+                v,
+                mask: &p.mask,
+                d,
+                dv,
+                t,
+                c,
+            };
+            (w, p.round)
+        })
+        .collect();
+    let columns = plan_columns(&heads);
+    run_heads(&heads, &columns)
+}
+
+/// A window's values as f32: borrowed, or widened from a state held as fp16.
+fn widened(s: KvSlice) -> Cow<[f32]> {
+    match s {
+        KvSlice::F32(d) => Cow::Borrowed(d),
+        other => Cow::Owned(other.to_f32(&mut Vec::new()).to_vec()),
+    }
+}
+
+/// Each head's columns: the filled ones where they can be proven to be the whole answer (the
+/// bound computed once per mask and KV window), else all.
+fn plan_columns(heads: &[(HeadWindow, Rounding)]) -> Vec<Columns> {
+    type Key = (usize, usize, usize);
+    let mut filled: Vec<(Key, Option<usize>)> = Vec::new();
+    let mut bounds: Vec<((usize, usize, usize), Option<f32>)> = Vec::new();
+    heads
+        .iter()
+        .map(|(w, _)| {
+            let mask_key = (w.mask.as_ptr() as usize, w.mask.len(), w.c);
+            let l = match filled.iter().find(|f| f.0 == mask_key) {
+                Some(f) => f.1,
+                None => {
+                    let l = filled_columns(w);
+                    filled.push((mask_key, l));
+                    l
+                }
+            };
+            let Some(l) = l else {
+                return Columns::All;
+            };
+            let kv_key = (w.k.as_ptr() as usize, w.v.as_ptr() as usize, l);
+            let k_max = match bounds.iter().find(|b| b.0 == kv_key) {
+                Some(b) => b.1,
+                None => {
+                    let bound = hidden_key_bound(w, l);
+                    bounds.push((kv_key, bound));
+                    bound
+                }
+            };
+            k_max.map_or(Columns::All, |k_max| Columns::Filled { l, k_max })
+        })
+        .collect()
+}
+
+/// The heads over the team, each on one thread; `None` when a filled head's bound fails.
+fn run_heads(
+    heads: &[(HeadWindow, Rounding)],
+    columns: &[Columns],
+) -> HeadOutputs {
+    let mut offsets = Vec::with_capacity(heads.len() + 1);
+    offsets.push(0);
+    for (w, _) in heads {
+        offsets.push(offsets[offsets.len() - 1] + w.dv * w.t);
+    }
+    let mut flat = vec![0.0f32; offsets[heads.len()]];
+    let out = SharedOut::new(&mut flat);
+    // the first error, or `Ok(())` for a head whose filled columns were not the whole answer
+    let failure = std::sync::Mutex::new(None);
+    let team = team::current();
+    team::for_each_block(team.as_deref(), heads.len(), &|b| {
+        let (w, round) = &heads[b];
+        let outcome = match attend_head(w, columns[b], *round, false) {
+            Ok(Some(data)) => {
+                // SAFETY: heads own disjoint ranges of `flat`, which outlives the region.
+                unsafe { out.slice(offsets[b]..offsets[b + 1]) }.copy_from_slice(&data);
+                return;
+            }
+            Ok(None) => Ok(()),
+            Err(e) => Err(e),
+        };
+        let mut f = failure.lock().unwrap_or_else(|e| e.into_inner());
+        f.get_or_insert(outcome);
+    });
+    match failure.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        Some(Err(e)) => Err(e),
+        Some(Ok(())) => Ok(None),
+        None => Ok(Some(
+            offsets
+                .windows(2)
+                .map(|r| flat[r[0]..r[1]].to_vec())
+                .collect(),
+        )),
+    }
+}
