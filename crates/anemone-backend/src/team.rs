@@ -322,6 +322,28 @@ pub fn for_each_block(team: Option<&Team>, blocks: usize, f: &(dyn Fn(usize) + S
     }
 }
 
+/// [`for_each_block`] with a scratch value per thread: every thread that runs blocks of the
+/// region makes one with `init` and hands it to each of its `f(scratch, block)` calls; the
+/// scratch is dropped when the region ends (nothing stays resident on the team's threads).
+pub fn for_each_block_with<S>(
+    team: Option<&Team>,
+    blocks: usize,
+    init: &(dyn Fn() -> S + Sync),
+    f: &(dyn Fn(&mut S, usize) + Sync),
+) {
+    let claims = Blocks::new(blocks);
+    let work = || {
+        let mut scratch = None;
+        while let Some(b) = claims.next() {
+            f(scratch.get_or_insert_with(init), b);
+        }
+    };
+    match team {
+        Some(team) if blocks > 1 => team.run(&work),
+        _ => work(),
+    }
+}
+
 /// A raw view of a mutable f32 buffer that the blocks of a region write disjoint parts of.
 #[derive(Clone, Copy)]
 pub struct SharedOut {
@@ -370,6 +392,26 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn per_thread_scratch_is_made_once_per_thread_that_runs_blocks() {
+        let team = Team::new(2).unwrap();
+        let (made, hits) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        for_each_block_with(
+            Some(&team),
+            40,
+            &|| {
+                made.fetch_add(1, Ordering::Relaxed);
+                0usize
+            },
+            &|count: &mut usize, _| {
+                *count += 1;
+                hits.fetch_add(1, Ordering::Relaxed);
+            },
+        );
+        assert_eq!(hits.load(Ordering::Relaxed), 40);
+        assert!((1..=2).contains(&made.load(Ordering::Relaxed)));
     }
 
     #[test]

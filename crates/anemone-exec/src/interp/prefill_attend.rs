@@ -190,10 +190,7 @@ fn plan_columns(heads: &[(HeadWindow, Rounding)]) -> Vec<Columns> {
 }
 
 /// The heads over the team, each on one thread; `None` when a filled head's bound fails.
-fn run_heads(
-    heads: &[(HeadWindow, Rounding)],
-    columns: &[Columns],
-) -> HeadOutputs {
+fn run_heads(heads: &[(HeadWindow, Rounding)], columns: &[Columns]) -> HeadOutputs {
     let mut offsets = Vec::with_capacity(heads.len() + 1);
     offsets.push(0);
     for (w, _) in heads {

@@ -1,6 +1,7 @@
 //! Wide (multi-token) products over fp16 weights: the weight is widened panel by panel, each
-//! panel into a per-thread buffer that stays in L2, and the panels are spread over the thread
-//! pool, each one a single-threaded `gemm` call.
+//! panel into a per-thread buffer that stays in L2, and the panels are spread over the team
+//! ([`crate::team`], the threads of every other wide product), each one a single-threaded
+//! `gemm` call.
 //!
 //! Same values as one `gemm` call on an f32 copy of the whole weight: widening is exact, and a
 //! panel of rows of the left operand changes nothing in how any output element is summed.
@@ -15,7 +16,6 @@
 
 use anemone_mil::ConvParams;
 use half::f16;
-use rayon::prelude::*;
 
 use super::gemm_avx512::Lhs;
 use super::linalg::{gemm_product, matmul_into, matmul_on, with_widened, MatRef, PARALLEL_WORK};
@@ -115,25 +115,62 @@ pub(crate) fn matmul_f16_lhs_gemm(
             matmul_into(dst, MatRef::row_major(wf, m, k), b, false)
         });
     };
-    let panel = |(i, d): (usize, &mut [f32])| -> Result<(), String> {
-        let r0 = i * rows;
+    let panel = |wf: &mut Vec<f32>, r0: usize, d: &mut [f32]| {
         let r = d.len() / n;
-        with_widened(&w[r0 * k..(r0 + r) * k], |wf| {
-            gemm_product(d, MatRef::row_major(wf, r, k), b, false, false);
-            Ok(())
-        })
+        wf.resize(r * k, 0.0);
+        widen(&w[r0 * k..(r0 + r) * k], wf);
+        gemm_product(d, MatRef::row_major(wf, r, k), b, false, false);
+        Ok(())
     };
-    if m * n * k >= PARALLEL_WORK {
-        dst.par_chunks_mut(rows * n).enumerate().try_for_each(panel)
+    by_panels(dst, (rows, n), m * n * k >= PARALLEL_WORK, &panel)
+}
+
+/// One panel of a product: `(scratch, first_row, dst_rows)`.
+type Panel<'a> = dyn Fn(&mut Vec<f32>, usize, &mut [f32]) -> Result<(), String> + Sync + 'a;
+
+/// `panel(scratch, first_row, dst_rows)` for consecutive panels of `rows` rows of `n` values of
+/// `dst` (the last may be shorter), spread over this thread's team when `parallel`; each
+/// thread reuses one scratch buffer for its panels and frees it when the region ends. Returns
+/// the first error met.
+fn by_panels(
+    dst: &mut [f32],
+    (rows, n): (usize, usize),
+    parallel: bool,
+    panel: &Panel<'_>,
+) -> Result<(), String> {
+    let len = dst.len();
+    let panel_len = (rows * n).max(1);
+    let team = if parallel {
+        crate::team::current()
     } else {
-        dst.chunks_mut(rows * n).enumerate().try_for_each(panel)
+        None
+    };
+    let out = crate::team::SharedOut::new(dst);
+    let failure = std::sync::Mutex::new(None);
+    crate::team::for_each_block_with(
+        team.as_deref(),
+        len.div_ceil(panel_len),
+        &Vec::new,
+        &|scratch, i| {
+            let range = i * panel_len..((i + 1) * panel_len).min(len);
+            // SAFETY: panels are disjoint ranges of `dst`, which outlives the region.
+            let d = unsafe { out.slice(range) };
+            if let Err(e) = panel(scratch, i * rows, d) {
+                let mut f = failure.lock().unwrap_or_else(|e| e.into_inner());
+                f.get_or_insert(e);
+            }
+        },
+    );
+    match failure.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        Some(e) => Err(e),
+        None => Ok(()),
     }
 }
 
 /// `dst [m × n] = W [m × k] · b` for a weight held compressed, whose row `i` `expand_row(i,
 /// out)` writes as f32: the values of `matmul_into` on the whole weight expanded. Only a panel
 /// of rows ([`panel_rows`]) is expanded at a time, into a per-thread buffer, and multiplied by
-/// one single-threaded [`matmul_on`] call (the panels spread over the thread pool): `gemm` and
+/// one single-threaded [`matmul_on`] call (the panels spread over the team): `gemm` and
 /// [`super::gemm_avx512`] sum every element in blocks of a length that depends only on k for
 /// such panels and the whole (module docs), so a panel's outputs are the whole product's rows.
 /// Unsplittable shapes expand the whole weight (rows over the pool), as before.
@@ -159,23 +196,15 @@ pub fn matmul_rows_by(
             matmul_into(dst, MatRef::row_major(wf, m, k), b, false)
         });
     };
-    let panel = |(i, d): (usize, &mut [f32])| -> Result<(), String> {
-        let r0 = i * rows;
+    let panel = |wf: &mut Vec<f32>, r0: usize, d: &mut [f32]| {
         let r = d.len() / n;
-        let fill = |buf: &mut [f32]| {
-            for (j, out) in buf.chunks_mut(k).enumerate() {
-                expand_row(r0 + j, out);
-            }
-        };
-        with_filled(r * k, fill, |wf| {
-            matmul_on(d, MatRef::row_major(wf, r, k), b, false, false)
-        })
+        wf.resize(r * k, 0.0);
+        for (j, out) in wf.chunks_mut(k).enumerate() {
+            expand_row(r0 + j, out);
+        }
+        matmul_on(d, MatRef::row_major(wf, r, k), b, false, false)
     };
-    if m * n * k >= PARALLEL_WORK {
-        dst.par_chunks_mut(rows * n).enumerate().try_for_each(panel)
-    } else {
-        dst.chunks_mut(rows * n).enumerate().try_for_each(panel)
-    }
+    by_panels(dst, (rows, n), m * n * k >= PARALLEL_WORK, &panel)
 }
 
 /// Whether a convolution of `x_shape` by `w_shape` is one product per batch (1×1 kernel, unit
