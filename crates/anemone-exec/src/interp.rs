@@ -674,34 +674,15 @@ fn run_step(fr: &mut Frame, step: &Step) -> Result<Vec<Tensor>, String> {
             };
             let yt = fr.get(*y)?;
             let data = match reuse {
-                // the same shape or a scalar: in place, over the team when large
-                Some(mut xt) if yt.shape == ty.shape || yt.data.len() == 1 => {
-                    let (kind, dtype) = (*kind, ty.dtype);
-                    if let [scalar] = yt.data[..] {
-                        spread::blocks(&mut xt.data, &|d| {
-                            elementwise::binary_in_place(kind, dtype, d, &[scalar])
-                        });
-                    } else {
-                        spread::blocks_with(&mut xt.data, &yt.data, &|d, y| {
-                            elementwise::binary_in_place(kind, dtype, d, y)
-                        });
-                    }
-                    xt.data
-                }
-                Some(xt) => elementwise::binary(
-                    *kind,
-                    ty.dtype,
-                    Operand {
-                        data: &[],
-                        shape: &ty.shape,
-                    },
-                    Operand {
+                // in place, over the team when large
+                Some(mut xt) => {
+                    let y = Operand {
                         data: &yt.data,
                         shape: &yt.shape,
-                    },
-                    &ty.shape,
-                    Some(xt.data),
-                ),
+                    };
+                    spread::binary_in_place(*kind, ty.dtype, &mut xt.data, &ty.shape, y);
+                    xt.data
+                }
                 None => {
                     let xt = fr.get(*x)?;
                     elementwise::binary(

@@ -127,26 +127,7 @@ fn apply_binary<F: Fn(f32, f32) -> f32>(
     let numel: usize = out_shape.iter().product();
     // In place: `reuse` is x's own buffer, already of the output's shape.
     if let Some(mut buf) = reuse {
-        if y.len() == 1 {
-            let b = y[0];
-            buf.iter_mut().for_each(|a| *a = f(*a, b));
-        } else if y_shape == out_shape {
-            buf.iter_mut().zip(y).for_each(|(a, &b)| *a = f(*a, b));
-        } else {
-            for_each_broadcast_run(out_shape, out_shape, y_shape, |o, _, (yb, ys), n| {
-                let run = &mut buf[o..o + n];
-                match ys {
-                    0 => {
-                        let b = y[yb];
-                        run.iter_mut().for_each(|a| *a = f(*a, b));
-                    }
-                    _ => run
-                        .iter_mut()
-                        .enumerate()
-                        .for_each(|(j, a)| *a = f(*a, y[yb + j * ys])),
-                }
-            });
-        }
+        in_place(&f, &mut buf, out_shape, y, y_shape);
         return buf;
     }
     if x_shape == out_shape && y_shape == out_shape {
@@ -165,6 +146,37 @@ fn apply_binary<F: Fn(f32, f32) -> f32>(
         binary_run(&f, &mut out[o..o + n], x, xr, y, yr)
     });
     out
+}
+
+/// `buf[i] = f(buf[i], y[…])`: `buf` holds an operand of `out_shape`, `y` broadcasts to it.
+#[inline]
+fn in_place<F: Fn(f32, f32) -> f32>(
+    f: &F,
+    buf: &mut [f32],
+    out_shape: &[usize],
+    y: &[f32],
+    y_shape: &[usize],
+) {
+    if y.len() == 1 {
+        let b = y[0];
+        buf.iter_mut().for_each(|a| *a = f(*a, b));
+    } else if y_shape == out_shape {
+        buf.iter_mut().zip(y).for_each(|(a, &b)| *a = f(*a, b));
+    } else {
+        for_each_broadcast_run(out_shape, out_shape, y_shape, |o, _, (yb, ys), n| {
+            let run = &mut buf[o..o + n];
+            match ys {
+                0 => {
+                    let b = y[yb];
+                    run.iter_mut().for_each(|a| *a = f(*a, b));
+                }
+                _ => run
+                    .iter_mut()
+                    .enumerate()
+                    .for_each(|(j, a)| *a = f(*a, y[yb + j * ys])),
+            }
+        });
+    }
 }
 
 /// A flat buffer with its shape.
@@ -215,28 +227,28 @@ pub fn binary(
     dispatch(kind, dtype, whole)
 }
 
-/// `buf[i] = buf[i] ∘ y[i]`, or `buf[i] ∘ y[0]` when `y` holds one value: [`binary`]'s values
-/// for an `x` (held in `buf`) of the output's shape and a `y` of the same shape or a scalar.
-pub fn binary_in_place(kind: BinaryOp, dtype: DType, buf: &mut [f32], y: &[f32]) {
+/// [`binary`] with `reuse`, into a slice: `buf` holds `x` of `out_shape` and receives `x ∘ y`
+/// (`y` broadcast to `out_shape`).
+pub fn binary_in_place(
+    kind: BinaryOp,
+    dtype: DType,
+    buf: &mut [f32],
+    out_shape: &[usize],
+    y: Operand,
+) {
     struct InPlace<'a> {
         buf: &'a mut [f32],
-        y: &'a [f32],
+        out_shape: &'a [usize],
+        y: Operand<'a>,
     }
     impl WithOp for InPlace<'_> {
         type Out = ();
         fn with<F: Fn(f32, f32) -> f32>(self, f: F) {
-            if let [b] = *self.y {
-                self.buf.iter_mut().for_each(|a| *a = f(*a, b));
-            } else {
-                assert_eq!(self.buf.len(), self.y.len(), "binary_in_place operands");
-                self.buf
-                    .iter_mut()
-                    .zip(self.y)
-                    .for_each(|(a, &b)| *a = f(*a, b));
-            }
+            in_place(&f, self.buf, self.out_shape, self.y.data, self.y.shape)
         }
     }
-    dispatch(kind, dtype, InPlace { buf, y })
+    let work = InPlace { buf, out_shape, y };
+    dispatch(kind, dtype, work)
 }
 
 /// Work given the scalar function of a binary op ([`dispatch`]).

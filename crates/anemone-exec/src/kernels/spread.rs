@@ -2,6 +2,11 @@
 //! blocks. Every element is computed alone, so which thread computes a block never changes a
 //! value; buffers below [`MIN_SPREAD`] values (a decode step's) run on the calling thread.
 
+use std::ops::Range;
+
+use anemone_mil::{BinaryOp, DType};
+
+use super::elementwise::{self, Operand};
 use crate::team::{self, SharedOut};
 
 /// Values below which a pass runs on the calling thread (a region costs a few microseconds).
@@ -9,23 +14,18 @@ pub const MIN_SPREAD: usize = 32 << 10;
 /// Values per block (64 KiB of f32: a block stays in L2 next to its operand).
 const BLOCK: usize = 16 << 10;
 
-/// `f(block)` over consecutive blocks of `data`, spread over the team when `data` is large.
-pub fn blocks(data: &mut [f32], f: &(dyn Fn(&mut [f32]) + Sync)) {
-    blocks_with(data, &[], &|dst, _| f(dst));
+/// The team a pass over `len` values spreads over: none below [`MIN_SPREAD`] or alone.
+fn team_for(len: usize) -> Option<std::sync::Arc<team::Team>> {
+    (len >= MIN_SPREAD)
+        .then(team::current)
+        .flatten()
+        .filter(|t| t.threads() > 1)
 }
 
-/// `f(block, other_block)` over consecutive blocks of `data` and the same ranges of `other`
-/// (`other` as long as `data`, or empty: then every call gets an empty slice).
-pub fn blocks_with(data: &mut [f32], other: &[f32], f: &(dyn Fn(&mut [f32], &[f32]) + Sync)) {
-    assert!(other.is_empty() || other.len() == data.len());
-    let part = |r: std::ops::Range<usize>| if other.is_empty() { &[][..] } else { &other[r] };
-    let team = if data.len() >= MIN_SPREAD {
-        team::current().filter(|t| t.threads() > 1)
-    } else {
-        None
-    };
-    let Some(team) = team else {
-        f(data, part(0..data.len()));
+/// `f(block)` over consecutive blocks of `data`, spread over the team when `data` is large.
+pub fn blocks(data: &mut [f32], f: &(dyn Fn(&mut [f32]) + Sync)) {
+    let Some(team) = team_for(data.len()) else {
+        f(data);
         return;
     };
     let len = data.len();
@@ -33,8 +33,83 @@ pub fn blocks_with(data: &mut [f32], other: &[f32], f: &(dyn Fn(&mut [f32], &[f3
     team::for_each_block(Some(&team), len.div_ceil(BLOCK), &|b| {
         let range = b * BLOCK..((b + 1) * BLOCK).min(len);
         // SAFETY: blocks are disjoint ranges of `data`, which outlives the region.
-        let dst = unsafe { out.slice(range.clone()) };
-        f(dst, part(range));
+        f(unsafe { out.slice(range) });
+    });
+}
+
+/// The axis [`rows`] splits `shape` along: its first axis longer than 1 (every axis before it
+/// has length 1), or `None` for a single value.
+pub fn split_axis(shape: &[usize]) -> Option<usize> {
+    shape.iter().position(|&d| d > 1)
+}
+
+/// `f(block, rows)` over blocks of `data` (of `shape`) made of whole rows of its
+/// [`split_axis`] — `rows` the block's range on that axis (`0..1` when there is none) —
+/// spread over the team when `data` is large.
+pub fn rows(data: &mut [f32], shape: &[usize], f: &(dyn Fn(&mut [f32], Range<usize>) + Sync)) {
+    let Some(axis) = split_axis(shape) else {
+        f(data, 0..1);
+        return;
+    };
+    let extent = shape[axis];
+    let inner: usize = shape[axis + 1..].iter().product();
+    let Some(team) = team_for(data.len()).filter(|_| inner > 0) else {
+        f(data, 0..extent);
+        return;
+    };
+    let rows_per_block = (BLOCK / inner).max(1);
+    let out = SharedOut::new(data);
+    team::for_each_block(Some(&team), extent.div_ceil(rows_per_block), &|b| {
+        let rows = b * rows_per_block..((b + 1) * rows_per_block).min(extent);
+        // SAFETY: blocks are disjoint ranges of `data`, which outlives the region.
+        let dst = unsafe { out.slice(rows.start * inner..rows.end * inner) };
+        f(dst, rows);
+    });
+}
+
+/// The part of an operand of `shape`, broadcast against an output split along `axis` (of the
+/// output's `rank`), that output rows `rows` read: its own rows there, or all of it where it
+/// broadcasts (absent or of length 1 on that axis). Returns the values and their shape.
+pub fn operand_rows<'a>(
+    data: &'a [f32],
+    shape: &[usize],
+    (axis, rank): (usize, usize),
+    rows: Range<usize>,
+) -> (&'a [f32], Vec<usize>) {
+    let lead = rank - shape.len();
+    match axis.checked_sub(lead) {
+        Some(own) if shape[own] > 1 => {
+            let inner: usize = shape[own + 1..].iter().product();
+            let mut part = shape.to_vec();
+            part[own] = rows.len();
+            (&data[rows.start * inner..rows.end * inner], part)
+        }
+        _ => (data, shape.to_vec()),
+    }
+}
+
+/// [`elementwise::binary_in_place`] (`buf` holds `x` of `out_shape`, `y` broadcasts to it) in
+/// blocks of [`rows`]: the same values.
+pub fn binary_in_place(
+    kind: BinaryOp,
+    dtype: DType,
+    buf: &mut [f32],
+    out_shape: &[usize],
+    y: Operand,
+) {
+    let Some(axis) = split_axis(out_shape) else {
+        elementwise::binary_in_place(kind, dtype, buf, out_shape, y);
+        return;
+    };
+    rows(buf, out_shape, &|block, range| {
+        let mut block_shape = out_shape.to_vec();
+        block_shape[axis] = range.len();
+        let (y_part, y_shape) = operand_rows(y.data, y.shape, (axis, out_shape.len()), range);
+        let y = Operand {
+            data: y_part,
+            shape: &y_shape,
+        };
+        elementwise::binary_in_place(kind, dtype, block, &block_shape, y);
     });
 }
 
@@ -46,21 +121,48 @@ mod tests {
     fn every_value_is_computed_once_on_a_team_or_alone() {
         let team = std::sync::Arc::new(crate::team::Team::new(2).unwrap());
         for len in [0, 7, MIN_SPREAD - 1, MIN_SPREAD, 3 * BLOCK + 5] {
-            let other: Vec<f32> = (0..len).map(|i| i as f32).collect();
-            let mut data = vec![1.0f32; len];
+            let mut data: Vec<f32> = (0..len).map(|i| i as f32).collect();
             crate::team::with_team(&team, || {
-                blocks_with(&mut data, &other, &|d, o| {
-                    d.iter_mut().zip(o).for_each(|(d, o)| *d += o)
+                blocks(&mut data, &|d| {
+                    d.iter_mut().for_each(|v| *v = 2.0 * *v + 1.0)
                 })
-            });
-            assert!(data.iter().enumerate().all(|(i, &v)| v == i as f32 + 1.0));
-            crate::team::with_team(&team, || {
-                blocks(&mut data, &|d| d.iter_mut().for_each(|v| *v *= 2.0))
             });
             assert!(data
                 .iter()
                 .enumerate()
-                .all(|(i, &v)| v == 2.0 * (i as f32 + 1.0)));
+                .all(|(i, &v)| v == 2.0 * i as f32 + 1.0));
+        }
+    }
+
+    #[test]
+    fn broadcast_binary_in_blocks_equals_the_whole_op_bit_for_bit() {
+        let team = std::sync::Arc::new(crate::team::Team::new(2).unwrap());
+        let out = [1usize, 300, 1, 200];
+        let numel: usize = out.iter().product();
+        let x: Vec<f32> = (0..numel).map(|i| (i as f32 * 0.37).sin() * 3.0).collect();
+        let y_shapes: [&[usize]; 5] =
+            [&[1, 1, 1, 200], &[1, 300, 1, 1], &[300, 1, 200], &[1], &out];
+        for y_shape in y_shapes {
+            let y: Vec<f32> = (0..y_shape.iter().product::<usize>())
+                .map(|i| 0.5 + (i as f32 * 0.11).cos())
+                .collect();
+            let op = |data, shape| Operand { data, shape };
+            for kind in [BinaryOp::Mul, BinaryOp::Sub, BinaryOp::RealDiv] {
+                let want = elementwise::binary(
+                    kind,
+                    DType::F32,
+                    op(&x, &out),
+                    op(&y, y_shape),
+                    &out,
+                    None,
+                );
+                let mut got = x.clone();
+                crate::team::with_team(&team, || {
+                    binary_in_place(kind, DType::F32, &mut got, &out, op(&y, y_shape))
+                });
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&got), bits(&want), "{kind:?} y {y_shape:?}");
+            }
         }
     }
 }
