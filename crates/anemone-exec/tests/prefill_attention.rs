@@ -33,13 +33,31 @@ fn attention(dtype: DType) -> Function {
     f.finish().unwrap()
 }
 
+/// (the programs' dtype, the executor's precision)
+const MODES: [(DType, Precision); 3] = [
+    (DType::F16, Precision::Fp16),
+    (DType::F16, Precision::Fp32),
+    (DType::F32, Precision::Fp32),
+];
+
+/// The window's causal mask `[T × S]`, its first query at slot `start`.
+fn causal_mask(start: usize) -> Vec<f32> {
+    (0..T * S)
+        .map(|i| if i % S <= start + i / S { 0.0 } else { -1e4 })
+        .collect()
+}
+
+/// An input tensor of the program's dtype.
+fn typed(dtype: DType, shape: Vec<usize>, data: Vec<f32>) -> Tensor {
+    match dtype {
+        DType::F16 => Tensor::f16(shape, data).unwrap(),
+        _ => Tensor::f32(shape, data).unwrap(),
+    }
+}
+
 #[test]
 fn a_partly_filled_window_gives_the_observed_values_bit_for_bit() {
-    for (dtype, precision) in [
-        (DType::F16, Precision::Fp16),
-        (DType::F16, Precision::Fp32),
-        (DType::F32, Precision::Fp32),
-    ] {
+    for (dtype, precision) in MODES {
         let loaded = load(vec![attention(dtype)], precision);
         let pkg = &loaded.package;
         // (first filled position of the window, stale values beyond it)
@@ -52,13 +70,8 @@ fn a_partly_filled_window_gives_the_observed_values_bit_for_bit() {
                     v[i * S + start + T..(i + 1) * S].fill(0.0);
                 }
             }
-            let mask: Vec<f32> = (0..T * S)
-                .map(|i| if i % S <= start + i / S { 0.0 } else { -1e4 })
-                .collect();
-            let t = |shape: Vec<usize>, data: Vec<f32>| match dtype {
-                DType::F16 => Tensor::f16(shape, data).unwrap(),
-                _ => Tensor::f32(shape, data).unwrap(),
-            };
+            let mask = causal_mask(start);
+            let t = |shape: Vec<usize>, data: Vec<f32>| typed(dtype, shape, data);
             let ins = inputs(vec![
                 ("q", t(vec![1, 1, D, T], values(D * T, 3, 1.5))),
                 ("k", t(vec![1, 1, D, S], k)),
@@ -117,24 +130,15 @@ fn grouped_attention(dtype: DType) -> Function {
 
 #[test]
 fn prefill_heads_side_by_side_give_the_observed_values_bit_for_bit() {
-    for (dtype, precision) in [
-        (DType::F16, Precision::Fp16),
-        (DType::F16, Precision::Fp32),
-        (DType::F32, Precision::Fp32),
-    ] {
+    for (dtype, precision) in MODES {
         let loaded = load(vec![grouped_attention(dtype)], precision);
         let pkg = &loaded.package;
         let backend = ExecutorBackend::with_threads(precision, 2).unwrap();
         // first position of the window: filled columns only (0, 57), or every column (the
         // visible ones round up to all: 192)
         for start in [0usize, 57, 192] {
-            let mask: Vec<f32> = (0..T * S)
-                .map(|i| if i % S <= start + i / S { 0.0 } else { -1e4 })
-                .collect();
-            let t = |shape: Vec<usize>, data: Vec<f32>| match dtype {
-                DType::F16 => Tensor::f16(shape, data).unwrap(),
-                _ => Tensor::f32(shape, data).unwrap(),
-            };
+            let mask = causal_mask(start);
+            let t = |shape: Vec<usize>, data: Vec<f32>| typed(dtype, shape, data);
             let mut named = vec![("mask".to_string(), t(vec![1, 1, T, S], mask))];
             for g in 0..2u64 {
                 named.push((

@@ -5,8 +5,9 @@
 //! [`kernels::attention`]: crate::kernels::attention
 
 use anemone_backend::Tensor;
-use anemone_mil::{BinaryOp, DType, Op, Precision, ReduceOp};
+use anemone_mil::{BinaryOp, DType, Op, Precision, ReduceOp, Var};
 
+use super::operands::Values;
 use super::{finish_output, Frame, Slot};
 use crate::kernels::attention::{
     attend_filled_columns, filled_columns, hidden_key_bound, HeadWindow, Rounding,
@@ -180,6 +181,85 @@ pub(super) fn run_head_group<'a>(
     Ok(Some(end))
 }
 
+/// One head's six steps read as operands: `q` `[d × t]` and `mask` `[t × c]` as f32, `k`
+/// `[d × c]` and `v` `[dv × c]` in the element type their state holds; the op roundings of
+/// the program; whether the mask is added to the scores (`scores + mask`) or the reverse.
+pub(super) struct HeadOperands<'f> {
+    pub(super) q: Values<'f>,
+    pub(super) mask: Values<'f>,
+    pub(super) k: KvSlice<'f>,
+    pub(super) v: KvSlice<'f>,
+    /// The program values K and V are read from.
+    pub(super) kv_vars: (Var, Var),
+    /// `(d, dv, t, c)`
+    pub(super) dims: (usize, usize, usize, usize),
+    pub(super) round: Rounding,
+    pub(super) scores_first: bool,
+}
+
+/// The operands of the head whose six steps are `group` ([`matches`]), or `None` when their
+/// shapes are not one head's (unit batch dims, agreeing sizes, lengths that fit).
+pub(super) fn head_operands<'f>(
+    fr: &'f Frame,
+    group: &[Step],
+) -> Result<Option<HeadOperands<'f>>, String> {
+    let (Op::Matmul { x: q, y: k, .. }, Op::Binary { x: a, y: b, .. }, Op::Matmul { x: v, .. }) =
+        (&group[0].op, &group[1].op, &group[5].op)
+    else {
+        return Ok(None);
+    };
+    let scores_first = *a == group[0].outputs[0];
+    let mask = if scores_first { *b } else { *a };
+    let (qv, (kd, k_shape), (vd, v_shape), mv) = (
+        fr.operand(*q)?,
+        fr.kv_operand(*k)?,
+        fr.kv_operand(*v)?,
+        fr.operand(mask)?,
+    );
+    let out_ty = &group[5].out_types[0];
+    let shapes = (
+        matrix(qv.shape),
+        matrix(k_shape),
+        matrix(v_shape),
+        matrix(mv.shape),
+        matrix(&out_ty.shape),
+    );
+    let (Some((d, t)), Some((dk, c)), Some((dv, cv)), Some((tm, cm)), Some((dvo, to))) = shapes
+    else {
+        return Ok(None);
+    };
+    if mv.shape != group[1].out_types[0].shape.as_slice()
+        || dk != d
+        || cv != c
+        || (tm, cm) != (t, c)
+        || (dvo, to) != (dv, t)
+        || qv.data.len() != d * t
+        || kd.len() != d * c
+        || vd.len() != dv * c
+        || mv.data.len() != t * c
+    {
+        return Ok(None);
+    }
+    let fp16 = |s: &Step| fr.precision == Precision::Fp16 && s.out_types[0].dtype == DType::F16;
+    Ok(Some(HeadOperands {
+        q: qv,
+        mask: mv,
+        k: kd,
+        v: vd,
+        kv_vars: (*k, *v),
+        dims: (d, dv, t, c),
+        round: Rounding {
+            scores: fp16(&group[0]),
+            masked: fp16(&group[1]),
+            max: fp16(&group[2]),
+            shifted: fp16(&group[3]),
+            probs: fp16(&group[4]),
+            out: fp16(&group[5]),
+        },
+        scores_first,
+    }))
+}
+
 /// `[rows, cols]` of a matrix operand with unit batch dims.
 pub(super) fn matrix(shape: &[usize]) -> Option<(usize, usize)> {
     let r = shape.len();
@@ -218,47 +298,19 @@ pub(super) type HiddenMemo = Option<Held>;
 /// The pattern's output (rounded as its last op's), or `None` when the window's hidden columns
 /// cannot be skipped exactly; then the caller runs the six steps.
 fn run(fr: &Frame, steps: &[Step], memo: &mut HiddenMemo) -> Result<Option<Tensor>, String> {
-    let (Op::Matmul { x: q, y: k, .. }, Op::Binary { x: a, y: b, .. }, Op::Matmul { x: v, .. }) =
-        (&steps[0].op, &steps[1].op, &steps[5].op)
-    else {
+    let Some(head) = head_operands(fr, steps)? else {
         return Ok(None);
     };
-    let mask = if *a == steps[0].outputs[0] { *b } else { *a };
-    let (q, (k, k_shape), (v, v_shape), mask) = (
-        fr.operand(*q)?,
-        fr.kv_operand(*k)?,
-        fr.kv_operand(*v)?,
-        fr.operand(mask)?,
-    );
+    let HeadOperands {
+        q,
+        mask,
+        k,
+        v,
+        dims: (d, dv, t, c),
+        round: rounding,
+        ..
+    } = head;
     let out_ty = &steps[5].out_types[0];
-    let shapes = (
-        matrix(q.shape),
-        matrix(k_shape),
-        matrix(v_shape),
-        matrix(mask.shape),
-        matrix(&out_ty.shape),
-    );
-    let (Some((d, t)), Some((dk, c)), Some((dv, cv)), Some((tm, cm)), Some((dvo, to))) = shapes
-    else {
-        return Ok(None);
-    };
-    if mask.shape != steps[1].out_types[0].shape.as_slice()
-        || dk != d
-        || cv != c
-        || (tm, cm) != (t, c)
-        || (dvo, to) != (dv, t)
-    {
-        return Ok(None);
-    }
-    let fp16 = |s: &Step| fr.precision == Precision::Fp16 && s.out_types[0].dtype == DType::F16;
-    let rounding = Rounding {
-        scores: fp16(&steps[0]),
-        masked: fp16(&steps[1]),
-        max: fp16(&steps[2]),
-        shifted: fp16(&steps[3]),
-        probs: fp16(&steps[4]),
-        out: fp16(&steps[5]),
-    };
     // query heads sharing a KV head run back to back: their hidden-column bound is shared
     // (keyed by the state windows, whatever they are widened into)
     let key = HiddenKey {

@@ -6,10 +6,10 @@
 
 use std::borrow::Cow;
 
-use anemone_mil::{DType, Op, Precision, Var};
+use anemone_mil::{Op, Var};
 use half::f16;
 
-use super::attend::{matrix, run_head_group, HeadOutputs, STEPS};
+use super::attend::{head_operands, matrix, run_head_group, HeadOperands, HeadOutputs, STEPS};
 use super::Frame;
 use crate::kernels::attend_one::{
     attend_one, hidden_mask_max, live_columns, scores_match_gemm, Skip,
@@ -67,58 +67,41 @@ fn compute(fr: &Frame, steps: &[Step], starts: &[usize]) -> HeadOutputs {
     let mut mask_max: Option<(usize, usize, Option<f32>)> = None;
     let mut zero_memo: Option<(Var, Var, Option<usize>)> = None;
     for &at in starts {
-        let group = &steps[at..at + STEPS];
-        let (Op::Matmul { x: q, y: k, .. }, Op::Binary { x: a, y: b, .. }, Op::Matmul { x: v, .. }) =
-            (&group[0].op, &group[1].op, &group[5].op)
-        else {
+        let Some(head) = head_operands(fr, &steps[at..at + STEPS])? else {
             return Ok(None);
         };
-        let scores_first = *a == group[0].outputs[0];
-        let mask = if scores_first { *b } else { *a };
-        // query heads sharing a KV head read the same windows: their bound is looked up once
-        let zero_from = match zero_memo {
-            Some((kk, vv, z)) if (kk, vv) == (*k, *v) => z,
-            _ => {
-                let z = match (fr.zero_columns_from(*k), fr.zero_columns_from(*v)) {
-                    (Some(a), Some(b)) => Some(a.max(b)),
-                    _ => None,
-                };
-                zero_memo = Some((*k, *v, z));
-                z
-            }
-        };
+        let HeadOperands {
+            q,
+            mask,
+            k,
+            v,
+            kv_vars,
+            dims: (d, dv, t, c),
+            round,
+            scores_first,
+        } = head;
         // K and V read in place in the element type the state holds (no copy)
-        let (q, (k, k_shape), (v, v_shape), mask) = (
-            fr.operand(*q)?,
-            fr.kv_operand(*k)?,
-            fr.kv_operand(*v)?,
-            fr.operand(mask)?,
-        );
         let (Cow::Borrowed(q_data), Cow::Borrowed(mask_data)) = (q.data, mask.data) else {
             return Ok(None);
         };
-        let out_ty = &group[5].out_types[0];
-        let shapes = (
-            matrix(q.shape),
-            matrix(k_shape),
-            matrix(v_shape),
-            matrix(mask.shape),
-            matrix(&out_ty.shape),
-        );
-        let (Some((d, 1)), Some((dk, c)), Some((dv, cv)), Some((1, cm)), Some((dvo, 1))) = shapes
-        else {
-            return Ok(None);
-        };
-        if mask.shape != group[1].out_types[0].shape.as_slice()
-            || dk != d
-            || d < 3
-            || cv != c
-            || cm != c
-            || dvo != dv
-        {
+        if t != 1 || d < 3 {
             return Ok(None);
         }
-        let fp16 = |s: &Step| fr.precision == Precision::Fp16 && s.out_types[0].dtype == DType::F16;
+        // query heads sharing a KV head read the same windows: their bound is looked up once
+        let zero_from = match zero_memo {
+            Some((kk, vv, z)) if (kk, vv) == kv_vars => z,
+            _ => {
+                let z = match (
+                    fr.zero_columns_from(kv_vars.0),
+                    fr.zero_columns_from(kv_vars.1),
+                ) {
+                    (Some(a), Some(b)) => Some(a.max(b)),
+                    _ => None,
+                };
+                zero_memo = Some((kv_vars.0, kv_vars.1, z));
+                z
+            }
+        };
         let window = match (k, v) {
             (KvSlice::F32(k), KvSlice::F32(v)) => Window::F32(HeadWindow {
                 q: q_data,
@@ -145,14 +128,7 @@ fn compute(fr: &Frame, steps: &[Step], starts: &[usize]) -> HeadOutputs {
         };
         heads.push(Head {
             window,
-            round: Rounding {
-                scores: fp16(&group[0]),
-                masked: fp16(&group[1]),
-                max: fp16(&group[2]),
-                shifted: fp16(&group[3]),
-                probs: fp16(&group[4]),
-                out: fp16(&group[5]),
-            },
+            round,
             scores_first,
             skip: zero_from.and_then(|z| live_columns(c, z)).and_then(|cols| {
                 let key = (mask_data.as_ptr() as usize, cols);

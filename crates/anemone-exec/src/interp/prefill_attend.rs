@@ -12,9 +12,9 @@
 
 use std::borrow::Cow;
 
-use anemone_mil::{DType, Op, Precision};
+use anemone_mil::Op;
 
-use super::attend::{matrix, run_head_group, HeadOutputs, STEPS};
+use super::attend::{head_operands, matrix, run_head_group, HeadOutputs, STEPS};
 use super::Frame;
 use crate::kernels::attention::{
     attend_head, filled_columns, hidden_key_bound, Columns, HeadWindow, Rounding,
@@ -64,42 +64,10 @@ fn compute(fr: &Frame, steps: &[Step], starts: &[usize]) -> HeadOutputs {
     let mut windows: Vec<KvWindow> = Vec::new();
     let mut planned = Vec::with_capacity(starts.len());
     for &at in starts {
-        let group = &steps[at..at + STEPS];
-        let (Op::Matmul { x: q, y: k, .. }, Op::Binary { x: a, y: b, .. }, Op::Matmul { x: v, .. }) =
-            (&group[0].op, &group[1].op, &group[5].op)
-        else {
+        let Some(head) = head_operands(fr, &steps[at..at + STEPS])? else {
             return Ok(None);
         };
-        let mask = if *a == group[0].outputs[0] { *b } else { *a };
-        let (q, (k, k_shape), (v, v_shape), mask) = (
-            fr.operand(*q)?,
-            fr.kv_operand(*k)?,
-            fr.kv_operand(*v)?,
-            fr.operand(mask)?,
-        );
-        let out_ty = &group[5].out_types[0];
-        let shapes = (
-            matrix(q.shape),
-            matrix(k_shape),
-            matrix(v_shape),
-            matrix(mask.shape),
-            matrix(&out_ty.shape),
-        );
-        let (Some((d, t)), Some((dk, c)), Some((dv, cv)), Some((tm, cm)), Some((dvo, to))) = shapes
-        else {
-            return Ok(None);
-        };
-        if mask.shape != group[1].out_types[0].shape.as_slice()
-            || dk != d
-            || cv != c
-            || (tm, cm) != (t, c)
-            || (dvo, to) != (dv, t)
-            || q.data.len() != d * t
-            || k.len() != d * c
-            || v.len() != dv * c
-        {
-            return Ok(None);
-        }
+        let (k, v) = (head.k, head.v);
         let key = (k.addr(), v.addr());
         let kv = match windows.iter().position(|w| w.0 == key) {
             Some(i) => i,
@@ -108,20 +76,12 @@ fn compute(fr: &Frame, steps: &[Step], starts: &[usize]) -> HeadOutputs {
                 windows.len() - 1
             }
         };
-        let fp16 = |s: &Step| fr.precision == Precision::Fp16 && s.out_types[0].dtype == DType::F16;
         planned.push(Planned {
-            q: q.data,
-            mask: mask.data,
+            q: head.q.data,
+            mask: head.mask.data,
             kv,
-            shape: (d, dv, t, c),
-            round: Rounding {
-                scores: fp16(&group[0]),
-                masked: fp16(&group[1]),
-                max: fp16(&group[2]),
-                shifted: fp16(&group[3]),
-                probs: fp16(&group[4]),
-                out: fp16(&group[5]),
-            },
+            shape: head.dims,
+            round: head.round,
         });
     }
     let heads: Vec<(HeadWindow, Rounding)> = planned
