@@ -15,6 +15,7 @@ use crate::kernels::attention::{
 use crate::kernels::kv_elem::KvSlice;
 use crate::kernels::Accumulation;
 use crate::package::{Fused, Step};
+use crate::team::{self, SharedOut};
 
 /// Steps of the pattern.
 pub(super) const STEPS: usize = 6;
@@ -179,6 +180,46 @@ pub(super) fn run_head_group<'a>(
         fr.slots[v.index()] = Slot::Empty;
     }
     Ok(Some(end))
+}
+
+/// One head of a run over the team: writes head `b`'s output into `dst`; `Ok(false)` when it
+/// cannot be computed so (the whole run then answers `None`).
+pub(super) type HeadOnTeam<'a> = dyn Fn(usize, &mut [f32]) -> Result<bool, String> + Sync + 'a;
+
+/// Every head's output (`lens[b]` values for head `b`), the heads spread over the team, each
+/// writing its own range of one buffer; the first error met, or `None` when a head declined.
+pub(super) fn heads_on_team(lens: &[usize], head: &HeadOnTeam<'_>) -> HeadOutputs {
+    let mut offsets = Vec::with_capacity(lens.len() + 1);
+    offsets.push(0);
+    for len in lens {
+        offsets.push(offsets[offsets.len() - 1] + len);
+    }
+    let mut flat = vec![0.0f32; offsets[lens.len()]];
+    let out = SharedOut::new(&mut flat);
+    // the first error, or `Ok(())` for a head that declined
+    let failure = std::sync::Mutex::new(None);
+    let team = team::current();
+    team::for_each_block(team.as_deref(), lens.len(), &|b| {
+        // SAFETY: heads own disjoint ranges of `flat`, which outlives the region.
+        let dst = unsafe { out.slice(offsets[b]..offsets[b + 1]) };
+        let outcome = match head(b, dst) {
+            Ok(true) => return,
+            Ok(false) => Ok(()),
+            Err(e) => Err(e),
+        };
+        let mut f = failure.lock().unwrap_or_else(|e| e.into_inner());
+        f.get_or_insert(outcome);
+    });
+    match failure.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        Some(Err(e)) => Err(e),
+        Some(Ok(())) => Ok(None),
+        None => Ok(Some(
+            offsets
+                .windows(2)
+                .map(|r| flat[r[0]..r[1]].to_vec())
+                .collect(),
+        )),
+    }
 }
 
 /// One head's six steps read as operands: `q` `[d × t]` and `mask` `[t × c]` as f32, `k`

@@ -9,7 +9,9 @@ use std::borrow::Cow;
 use anemone_mil::{Op, Var};
 use half::f16;
 
-use super::attend::{head_operands, matrix, run_head_group, HeadOperands, HeadOutputs, STEPS};
+use super::attend::{
+    head_operands, heads_on_team, matrix, run_head_group, HeadOperands, HeadOutputs, STEPS,
+};
 use super::Frame;
 use crate::kernels::attend_one::{
     attend_one, hidden_mask_max, live_columns, scores_match_gemm, Skip,
@@ -18,7 +20,6 @@ use crate::kernels::attention::{HeadWindow, Rounding};
 use crate::kernels::kv_elem::KvSlice;
 use crate::kernels::Accumulation;
 use crate::package::Step;
-use crate::team::{self, SharedOut};
 
 /// A head's operands, K and V in the element type the state holds.
 enum Window<'f> {
@@ -147,41 +148,20 @@ fn compute(fr: &Frame, steps: &[Step], starts: &[usize]) -> HeadOutputs {
             }),
         });
     }
-    // each head writes its own range of one buffer
-    let mut offsets = Vec::with_capacity(heads.len() + 1);
-    offsets.push(0);
-    for h in &heads {
-        let dv = match &h.window {
+    let lens: Vec<usize> = heads
+        .iter()
+        .map(|h| match &h.window {
             Window::F32(w) => w.dv,
             Window::F16(w) => w.dv,
-        };
-        offsets.push(offsets[offsets.len() - 1] + dv);
-    }
-    let mut flat = vec![0.0f32; offsets[heads.len()]];
-    let out = SharedOut::new(&mut flat);
-    let failure = std::sync::Mutex::new(None);
-    let team = team::current();
-    team::for_each_block(team.as_deref(), heads.len(), &|b| {
+        })
+        .collect();
+    heads_on_team(&lens, &|b, dst| {
         let h = &heads[b];
-        // SAFETY: heads own disjoint ranges of `flat`, which outlives the region.
-        let dst = unsafe { out.slice(offsets[b]..offsets[b + 1]) };
         let mut scratch = Vec::new();
-        let done = match &h.window {
-            Window::F32(w) => attend_one(w, h.round, h.scores_first, h.skip, &mut scratch, dst),
-            Window::F16(w) => attend_one(w, h.round, h.scores_first, h.skip, &mut scratch, dst),
+        match &h.window {
+            Window::F32(w) => attend_one(w, h.round, h.scores_first, h.skip, &mut scratch, dst)?,
+            Window::F16(w) => attend_one(w, h.round, h.scores_first, h.skip, &mut scratch, dst)?,
         };
-        if let Err(e) = done {
-            let mut f = failure.lock().unwrap_or_else(|e| e.into_inner());
-            f.get_or_insert(e);
-        }
-    });
-    if let Some(e) = failure.into_inner().unwrap_or_else(|e| e.into_inner()) {
-        return Err(e);
-    }
-    Ok(Some(
-        offsets
-            .windows(2)
-            .map(|r| flat[r[0]..r[1]].to_vec())
-            .collect(),
-    ))
+        Ok(true)
+    })
 }

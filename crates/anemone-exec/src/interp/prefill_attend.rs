@@ -14,7 +14,7 @@ use std::borrow::Cow;
 
 use anemone_mil::Op;
 
-use super::attend::{head_operands, matrix, run_head_group, HeadOutputs, STEPS};
+use super::attend::{head_operands, heads_on_team, matrix, run_head_group, HeadOutputs, STEPS};
 use super::Frame;
 use crate::kernels::attention::{
     attend_head, filled_columns, hidden_key_bound, Columns, HeadWindow, Rounding,
@@ -22,7 +22,7 @@ use crate::kernels::attention::{
 use crate::kernels::kv_elem::KvSlice;
 use crate::kernels::Accumulation;
 use crate::package::Step;
-use crate::team::{self, SharedOut};
+use crate::team;
 
 /// Runs the heads of several query rows opening `steps` when there are at least two and a team
 /// of two threads or more ([`run_head_group`]'s contract); `None` leaves them to the caller.
@@ -151,38 +151,15 @@ fn plan_columns(heads: &[(HeadWindow, Rounding)]) -> Vec<Columns> {
 
 /// The heads over the team, each on one thread; `None` when a filled head's bound fails.
 fn run_heads(heads: &[(HeadWindow, Rounding)], columns: &[Columns]) -> HeadOutputs {
-    let mut offsets = Vec::with_capacity(heads.len() + 1);
-    offsets.push(0);
-    for (w, _) in heads {
-        offsets.push(offsets[offsets.len() - 1] + w.dv * w.t);
-    }
-    let mut flat = vec![0.0f32; offsets[heads.len()]];
-    let out = SharedOut::new(&mut flat);
-    // the first error, or `Ok(())` for a head whose filled columns were not the whole answer
-    let failure = std::sync::Mutex::new(None);
-    let team = team::current();
-    team::for_each_block(team.as_deref(), heads.len(), &|b| {
+    let lens: Vec<usize> = heads.iter().map(|(w, _)| w.dv * w.t).collect();
+    heads_on_team(&lens, &|b, dst| {
         let (w, round) = &heads[b];
-        let outcome = match attend_head(w, columns[b], *round, false) {
-            Ok(Some(data)) => {
-                // SAFETY: heads own disjoint ranges of `flat`, which outlives the region.
-                unsafe { out.slice(offsets[b]..offsets[b + 1]) }.copy_from_slice(&data);
-                return;
+        Ok(match attend_head(w, columns[b], *round, false)? {
+            Some(data) => {
+                dst.copy_from_slice(&data);
+                true
             }
-            Ok(None) => Ok(()),
-            Err(e) => Err(e),
-        };
-        let mut f = failure.lock().unwrap_or_else(|e| e.into_inner());
-        f.get_or_insert(outcome);
-    });
-    match failure.into_inner().unwrap_or_else(|e| e.into_inner()) {
-        Some(Err(e)) => Err(e),
-        Some(Ok(())) => Ok(None),
-        None => Ok(Some(
-            offsets
-                .windows(2)
-                .map(|r| flat[r[0]..r[1]].to_vec())
-                .collect(),
-        )),
-    }
+            None => false,
+        })
+    })
 }

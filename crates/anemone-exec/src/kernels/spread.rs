@@ -24,35 +24,17 @@ fn team_for(len: usize) -> Option<std::sync::Arc<team::Team>> {
 
 /// `f(block)` over consecutive blocks of `data`, spread over the team when `data` is large.
 pub fn blocks(data: &mut [f32], f: &(dyn Fn(&mut [f32]) + Sync)) {
-    let Some(team) = team_for(data.len()) else {
-        f(data);
-        return;
-    };
     let len = data.len();
-    let out = SharedOut::new(data);
-    team::for_each_block(Some(&team), len.div_ceil(BLOCK), &|b| {
-        let range = b * BLOCK..((b + 1) * BLOCK).min(len);
-        // SAFETY: blocks are disjoint ranges of `data`, which outlives the region.
-        f(unsafe { out.slice(range) });
-    });
+    in_rows(data, (len, 1), &|block, _| f(block));
 }
 
-/// The axis [`rows`] splits `shape` along: its first axis longer than 1 (every axis before it
-/// has length 1), or `None` for a single value.
-pub fn split_axis(shape: &[usize]) -> Option<usize> {
-    shape.iter().position(|&d| d > 1)
-}
-
-/// `f(block, rows)` over blocks of `data` (of `shape`) made of whole rows of its
-/// [`split_axis`] — `rows` the block's range on that axis (`0..1` when there is none) —
-/// spread over the team when `data` is large.
-pub fn rows(data: &mut [f32], shape: &[usize], f: &(dyn Fn(&mut [f32], Range<usize>) + Sync)) {
-    let Some(axis) = split_axis(shape) else {
-        f(data, 0..1);
-        return;
-    };
-    let extent = shape[axis];
-    let inner: usize = shape[axis + 1..].iter().product();
+/// `f(block, rows)` over blocks of whole rows of `data` (`extent` rows of `inner` values), `rows`
+/// the block's range of rows, spread over the team when `data` is large.
+fn in_rows(
+    data: &mut [f32],
+    (extent, inner): (usize, usize),
+    f: &(dyn Fn(&mut [f32], Range<usize>) + Sync),
+) {
     let Some(team) = team_for(data.len()).filter(|_| inner > 0) else {
         f(data, 0..extent);
         return;
@@ -70,7 +52,7 @@ pub fn rows(data: &mut [f32], shape: &[usize], f: &(dyn Fn(&mut [f32], Range<usi
 /// The part of an operand of `shape`, broadcast against an output split along `axis` (of the
 /// output's `rank`), that output rows `rows` read: its own rows there, or all of it where it
 /// broadcasts (absent or of length 1 on that axis). Returns the values and their shape.
-pub fn operand_rows<'a>(
+fn operand_rows<'a>(
     data: &'a [f32],
     shape: &[usize],
     (axis, rank): (usize, usize),
@@ -89,7 +71,8 @@ pub fn operand_rows<'a>(
 }
 
 /// [`elementwise::binary_in_place`] (`buf` holds `x` of `out_shape`, `y` broadcasts to it) in
-/// blocks of [`rows`]: the same values.
+/// blocks of whole rows of the output's first axis longer than 1 (every axis before it has
+/// length 1): the same values.
 pub fn binary_in_place(
     kind: BinaryOp,
     dtype: DType,
@@ -97,11 +80,12 @@ pub fn binary_in_place(
     out_shape: &[usize],
     y: Operand,
 ) {
-    let Some(axis) = split_axis(out_shape) else {
+    let Some(axis) = out_shape.iter().position(|&d| d > 1) else {
         elementwise::binary_in_place(kind, dtype, buf, out_shape, y);
         return;
     };
-    rows(buf, out_shape, &|block, range| {
+    let inner: usize = out_shape[axis + 1..].iter().product();
+    in_rows(buf, (out_shape[axis], inner), &|block, range| {
         let mut block_shape = out_shape.to_vec();
         block_shape[axis] = range.len();
         let (y_part, y_shape) = operand_rows(y.data, y.shape, (axis, out_shape.len()), range);
