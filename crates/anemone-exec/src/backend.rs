@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use anemone_backend::{Backend, CheckedOutputs, Tensor, TensorError};
@@ -21,6 +22,9 @@ pub struct ExecutorBackend {
     /// The helpers of the single-token matvecs, as many threads as `pool` (shared with every
     /// user of [`Team::shared`] of that width, e.g. the host's LM head).
     team: Option<Arc<Team>>,
+    /// Whether a multi-token predict ran on `pool` since its scratch was last released (shared
+    /// by the clones, which share the pool).
+    scratch_held: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for ExecutorBackend {
@@ -44,6 +48,7 @@ impl ExecutorBackend {
             accumulation: Accumulation::F32,
             pool: None,
             team: None,
+            scratch_held: Arc::default(),
         }
     }
 
@@ -68,6 +73,7 @@ impl ExecutorBackend {
             accumulation: Accumulation::F32,
             pool: Some(Arc::new(pool)),
             team: Team::shared(threads).ok(),
+            scratch_held: Arc::default(),
         })
     }
 }
@@ -78,34 +84,41 @@ impl ExecutorBackend {
     /// the calling thread with the team, so a decode step costs no hand-over to a pool worker
     /// and leaves no idle worker spinning; any other runs inside the pool. The values are the
     /// same either way.
+    ///
+    /// The scratch of wide products is kept from one multi-token predict to the next (a
+    /// prefill's chunks reuse it, and the heap pages their activations freed) and released
+    /// before the first single-token step that follows, which never uses it.
     fn on_threads<R: Send>(
         &self,
         package: &LoadedPackage,
         function: &str,
         run: impl FnOnce() -> Result<R, ExecError> + Send,
     ) -> Result<R, ExecError> {
-        match (&self.pool, &self.team) {
-            (Some(_), Some(team)) if package.runs_without_pool(function)? => {
+        let Some(pool) = &self.pool else {
+            return run();
+        };
+        match &self.team {
+            Some(team) if package.runs_without_pool(function)? => {
+                if self.scratch_held.swap(false, Ordering::Relaxed) {
+                    release_scratch(pool);
+                }
                 team::with_team(team, run)
             }
-            (Some(pool), Some(team)) => {
-                let out = pool.install(|| team::with_team(team, run));
-                release_scratch(pool);
-                out
+            Some(team) => {
+                self.scratch_held.store(true, Ordering::Relaxed);
+                pool.install(|| team::with_team(team, run))
             }
-            (Some(pool), None) => {
-                let out = pool.install(run);
-                release_scratch(pool);
-                out
+            None => {
+                self.scratch_held.store(true, Ordering::Relaxed);
+                pool.install(run)
             }
-            (None, _) => run(),
         }
     }
 }
 
-/// Frees the scratch buffers of wide products on every thread of `pool` (where a multi-token
-/// step ran them) and returns the freed memory to the system: a decode step that follows
-/// never uses them, and they would stay resident for the rest of the run.
+/// Frees the scratch buffers of wide products on every thread of `pool` (where multi-token
+/// steps ran them) and returns the freed memory to the system: the decode steps that follow
+/// never use them, and they would stay resident for the rest of the run.
 fn release_scratch(pool: &rayon::ThreadPool) {
     pool.broadcast(|_| crate::kernels::release_scratch());
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
