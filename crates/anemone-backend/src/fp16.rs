@@ -20,6 +20,22 @@ pub fn round_f16_in_place(data: &mut [f32]) {
     data.iter_mut().for_each(|v| *v = round_f16(*v));
 }
 
+/// Whether rounding to fp16 leaves every value as it is, bit for bit (what
+/// [`round_f16_in_place`] would do to them is nothing; NaN payloads included).
+pub fn is_f16_exact(data: &[f32]) -> bool {
+    const BLOCK: usize = 64;
+    let mut rounded = [0f32; BLOCK];
+    data.chunks(BLOCK).all(|block| {
+        let rounded = &mut rounded[..block.len()];
+        rounded.copy_from_slice(block);
+        round_f16_in_place(rounded);
+        rounded
+            .iter()
+            .zip(block)
+            .fold(true, |same, (r, x)| same & (r.to_bits() == x.to_bits()))
+    })
+}
+
 #[cfg(target_arch = "x86_64")]
 mod f16c {
     use std::arch::x86_64::*;
@@ -74,6 +90,31 @@ mod tests {
                 "element {i}: {g} vs {}",
                 f32::from_bits(*w)
             );
+        }
+    }
+
+    #[test]
+    fn f16_exactness_is_what_rounding_leaves_unchanged() {
+        let exact: Vec<f32> = (0..300)
+            .map(|i| round_f16((i as f32 - 150.0) * 0.37))
+            .chain([
+                0.0,
+                -0.0,
+                65504.0,
+                f32::INFINITY,
+                f32::NEG_INFINITY,
+                round_f16(6.0e-8),
+            ])
+            .collect();
+        assert!(is_f16_exact(&exact));
+        assert!(is_f16_exact(&[]));
+        // one value that fp16 cannot hold, anywhere (SIMD body, block edge, tail)
+        for at in [0, 7, 63, 64, 200, exact.len() - 1] {
+            for bad in [0.1f32, 65520.0, 1e-9, f32::from_bits(0x7fc0_0001)] {
+                let mut v = exact.clone();
+                v[at] = bad;
+                assert!(!is_f16_exact(&v), "{bad} at {at}");
+            }
         }
     }
 }

@@ -27,5 +27,5 @@ mod tensor;
 
 pub use anemone_mil::Precision;
 pub use backend::{Backend, CheckedOutputs, LoadReport};
-pub use fp16::{round_f16, round_f16_in_place};
+pub use fp16::{is_f16_exact, round_f16, round_f16_in_place};
 pub use tensor::{Tensor, TensorError, MAX_EXACT_INT};

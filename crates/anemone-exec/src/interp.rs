@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 
-use anemone_backend::{round_f16_in_place, Tensor, MAX_EXACT_INT};
+use anemone_backend::{is_f16_exact, round_f16_in_place, Tensor, MAX_EXACT_INT};
 use anemone_mil::{DType, Op, Precision, Var};
 
 use crate::decompress::{blockwise_shift_scale, const_tensor, lut_to_dense};
@@ -365,7 +365,7 @@ impl LoadedPackage {
                     }
                     Slot::Borrowed(t)
                 }
-                DType::F16 if self.precision == Precision::Fp16 => {
+                DType::F16 if self.precision == Precision::Fp16 && !is_f16_exact(&t.data) => {
                     let mut r = t.clone();
                     round_f16_in_place(&mut r.data);
                     Slot::Owned(r)

@@ -117,9 +117,7 @@ impl std::fmt::Display for StateTensor {
 /// Whether every value is an fp16 value (so fp16 storage holds it exactly; NaN payloads
 /// included, as fp16 rounding would keep them).
 fn fits_f16(values: &[f32]) -> bool {
-    values
-        .iter()
-        .all(|&x| f16::from_f32(x).to_f32().to_bits() == x.to_bits())
+    anemone_backend::is_f16_exact(values)
 }
 
 /// The values of a package's states, by state name. States of the same name are shared by
