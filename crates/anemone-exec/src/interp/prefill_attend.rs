@@ -17,7 +17,8 @@ use anemone_mil::Op;
 use super::attend::{head_operands, heads_on_team, matrix, run_head_group, HeadOutputs, STEPS};
 use super::Frame;
 use crate::kernels::attention::{
-    attend_head, filled_columns, hidden_key_bound, Columns, HeadWindow, Rounding,
+    attend_head, filled_columns, hidden_key_bound, keys_by_column, Columns, HeadWindow,
+    MaskColumns, Rounding,
 };
 use crate::kernels::kv_elem::KvSlice;
 use crate::kernels::Accumulation;
@@ -103,7 +104,55 @@ fn compute(fr: &Frame, steps: &[Step], starts: &[usize]) -> HeadOutputs {
         })
         .collect();
     let columns = plan_columns(&heads);
-    run_heads(&heads, &columns)
+    let shared = share_columns(&heads, &columns);
+    run_heads(&heads, &columns, &shared)
+}
+
+/// Per head, indices into the mask columns and the key columns its run shares (each built once
+/// per mask or K window and column count).
+struct Shared {
+    masks: Vec<MaskColumns>,
+    keys: Vec<Vec<f32>>,
+    of_head: Vec<(usize, usize)>,
+}
+
+fn share_columns(heads: &[(HeadWindow, Rounding)], columns: &[Columns]) -> Shared {
+    type Key = (usize, usize, Option<usize>);
+    let mut mask_keys: Vec<Key> = Vec::new();
+    let mut key_keys: Vec<Key> = Vec::new();
+    let mut shared = Shared {
+        masks: Vec::new(),
+        keys: Vec::new(),
+        of_head: Vec::with_capacity(heads.len()),
+    };
+    let l_of = |c: Columns| match c {
+        Columns::Filled { l, .. } => Some(l),
+        Columns::All => None,
+    };
+    for ((w, _), &cols) in heads.iter().zip(columns) {
+        let mask_key = (w.mask.as_ptr() as usize, w.mask.len(), l_of(cols));
+        let m = position_or_push(&mut mask_keys, mask_key, || {
+            shared.masks.push(MaskColumns::new(w, cols))
+        });
+        let key_key = (w.k.as_ptr() as usize, w.k.len(), l_of(cols));
+        let k = position_or_push(&mut key_keys, key_key, || {
+            shared.keys.push(keys_by_column(w, cols))
+        });
+        shared.of_head.push((m, k));
+    }
+    shared
+}
+
+/// The index of `key` in `keys`, pushing it (and calling `make`) when it is new.
+fn position_or_push<K: PartialEq>(keys: &mut Vec<K>, key: K, make: impl FnOnce()) -> usize {
+    match keys.iter().position(|k| *k == key) {
+        Some(i) => i,
+        None => {
+            keys.push(key);
+            make();
+            keys.len() - 1
+        }
+    }
 }
 
 /// A window's values as f32: borrowed, or widened from a state held as fp16.
@@ -150,16 +199,24 @@ fn plan_columns(heads: &[(HeadWindow, Rounding)]) -> Vec<Columns> {
 }
 
 /// The heads over the team, each on one thread; `None` when a filled head's bound fails.
-fn run_heads(heads: &[(HeadWindow, Rounding)], columns: &[Columns]) -> HeadOutputs {
+fn run_heads(
+    heads: &[(HeadWindow, Rounding)],
+    columns: &[Columns],
+    shared: &Shared,
+) -> HeadOutputs {
     let lens: Vec<usize> = heads.iter().map(|(w, _)| w.dv * w.t).collect();
     heads_on_team(&lens, &|b, dst| {
         let (w, round) = &heads[b];
-        Ok(match attend_head(w, columns[b], *round, false)? {
-            Some(data) => {
-                dst.copy_from_slice(&data);
-                true
-            }
-            None => false,
-        })
+        let (m, k) = shared.of_head[b];
+        let (mask, keys) = (&shared.masks[m], &shared.keys[k]);
+        Ok(
+            match attend_head(w, columns[b], mask, keys, *round, false)? {
+                Some(data) => {
+                    dst.copy_from_slice(&data);
+                    true
+                }
+                None => false,
+            },
+        )
     })
 }

@@ -21,14 +21,20 @@
 //!
 //! When any of this does not hold, [`attend_filled`] answers `None` and the caller runs the
 //! program's ops as they are.
+//!
+//! The kernel holds the intermediate values transposed (`[L × T]`: [`attend_head`]). Its first
+//! product is `scoresᵀ = kᵀ·q`, whose elements are the same `d` products summed in the same
+//! order (`d ≤ 256`: one block); the softmax then runs down the columns
+//! ([`super::norm::softmax_columns`], each row's max and sum in order), and `probsᵀ` is the
+//! second product's right operand as it stands. Both products have unit column strides, which
+//! takes them to [`super::gemm_avx512`] where it reproduces `gemm`.
 
 use std::cmp::Ordering::{Equal, Greater, Less};
 
 use anemone_backend::round_f16_in_place;
 
 use super::linalg::{matmul_on, MatRef, PARALLEL_WORK};
-use super::norm::softmax;
-use super::Accumulation;
+use super::norm::softmax_columns;
 
 /// Mask values at or below this hide a column.
 pub const HIDDEN: f32 = -1e4;
@@ -82,17 +88,109 @@ pub fn filled_columns(w: &HeadWindow) -> Option<usize> {
     if w.q.len() != d * t || w.k.len() != d * c || w.v.len() != dv * c || w.mask.len() != t * c {
         return None;
     }
-    let visible = w
-        .mask
-        .chunks_exact(c)
-        .map(|row| {
-            row.iter()
-                .rposition(|&m| !matches!(m.partial_cmp(&HIDDEN), Some(Less | Equal)))
-                .map_or(0, |j| j + 1)
-        })
-        .max()?;
+    let visible = w.mask.chunks_exact(c).map(visible_len).max()?;
     let l = visible.max(1).div_ceil(COLUMN_STEP) * COLUMN_STEP;
     (l < c && l <= MAX_COLUMNS).then_some(l)
+}
+
+/// Lanes of the scans below: blocks of this many values, each lane folded on its own, so that
+/// the compiler can keep a block in one vector.
+const LANES: usize = 16;
+
+/// The length of `row` up to its last column that a mask value does not hide (NaN included).
+fn visible_len(row: &[f32]) -> usize {
+    let hides = |m: f32| matches!(m.partial_cmp(&HIDDEN), Some(Less | Equal));
+    let mut end = row.len();
+    while end > 0 {
+        let start = end.saturating_sub(LANES);
+        let block = &row[start..end];
+        if !block.iter().fold(true, |all, &m| all & hides(m)) {
+            let last = block.iter().rposition(|&m| !hides(m)).unwrap_or(0);
+            return start + last + 1;
+        }
+        end = start;
+    }
+    0
+}
+
+/// The largest `|x|` of `values`, and whether every value is finite. The maximum of
+/// magnitudes does not depend on the order it is taken in.
+fn finite_max_abs(values: &[f32]) -> (bool, f32) {
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx512f") {
+        // SAFETY: AVX-512F was detected at run time.
+        return unsafe { finite_max_abs_avx512(values) };
+    }
+    finite_max_abs_lanes(values)
+}
+
+/// [`finite_max_abs_lanes`] compiled for AVX-512F.
+///
+/// # Safety
+/// The CPU must support AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn finite_max_abs_avx512(values: &[f32]) -> (bool, f32) {
+    use std::arch::x86_64::*;
+    let magnitude = _mm512_set1_epi32(0x7fff_ffff);
+    let largest_finite = _mm512_set1_ps(f32::MAX);
+    let mut max = _mm512_setzero_ps();
+    let mut not_finite: __mmask16 = 0;
+    let mut add = |x: __m512| {
+        let a = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(x), magnitude));
+        // true for ±∞ and NaN
+        not_finite |= _mm512_cmp_ps_mask::<_CMP_NLE_UQ>(a, largest_finite);
+        max = _mm512_max_ps(max, a);
+    };
+    let blocks = values.chunks_exact(16);
+    let tail = blocks.remainder();
+    for block in blocks {
+        add(_mm512_loadu_ps(block.as_ptr()));
+    }
+    if !tail.is_empty() {
+        let lanes = (1u16 << tail.len()) - 1;
+        add(_mm512_maskz_loadu_ps(lanes, tail.as_ptr()));
+    }
+    (not_finite == 0, _mm512_reduce_max_ps(max))
+}
+
+#[inline(always)]
+fn finite_max_abs_lanes(values: &[f32]) -> (bool, f32) {
+    let mut finite = [true; LANES];
+    let mut max_abs = [0.0f32; LANES];
+    let blocks = values.chunks_exact(LANES);
+    let tail = blocks.remainder();
+    for block in blocks {
+        for ((ok, m), x) in finite.iter_mut().zip(&mut max_abs).zip(block) {
+            *ok &= x.abs() <= f32::MAX;
+            *m = m.max(x.abs());
+        }
+    }
+    for (lane, x) in tail.iter().enumerate() {
+        finite[lane] &= x.abs() <= f32::MAX;
+        max_abs[lane] = max_abs[lane].max(x.abs());
+    }
+    (
+        finite.iter().all(|&ok| ok),
+        max_abs.iter().copied().fold(0.0, f32::max),
+    )
+}
+
+/// The largest value of `values` (NaNs ignored, −∞ when there is none); which of +0 and −0
+/// it answers for a largest zero is left open.
+fn max_ignoring_nan(values: &[f32]) -> f32 {
+    let mut max = [f32::NEG_INFINITY; LANES];
+    let blocks = values.chunks_exact(LANES);
+    let tail = blocks.remainder();
+    for block in blocks {
+        for (m, x) in max.iter_mut().zip(block) {
+            *m = m.max(*x);
+        }
+    }
+    for (m, x) in max.iter_mut().zip(tail) {
+        *m = m.max(*x);
+    }
+    max.iter().copied().fold(f32::NEG_INFINITY, f32::max)
 }
 
 /// `out [dv × t]` of the head over its first [`filled_columns`] columns, or `None` when the
@@ -112,14 +210,11 @@ pub fn attend_filled(w: &HeadWindow, round: Rounding) -> Result<Option<Vec<f32>>
 pub fn hidden_key_bound(w: &HeadWindow, l: usize) -> Option<f32> {
     let c = w.c;
     let hidden = |m: &'_ [f32], rows: usize| {
-        let rows = (0..rows).map(move |i| &m[i * c + l..(i + 1) * c]);
-        let finite = rows
-            .clone()
-            .all(|r| r.iter().fold(true, |ok, x| ok & x.is_finite()));
-        let max_abs = rows
-            .map(|r| r.iter().fold(0.0f32, |a, x| a.max(x.abs())))
-            .fold(0.0f32, f32::max);
-        (finite, max_abs)
+        (0..rows)
+            .map(|i| finite_max_abs(&m[i * c + l..(i + 1) * c]))
+            .fold((true, 0.0f32), |(ok, max), (row_ok, row_max)| {
+                (ok & row_ok, max.max(row_max))
+            })
     };
     let ((k_finite, k_max), (v_finite, _)) = (hidden(w.k, w.d), hidden(w.v, w.dv));
     (k_finite && v_finite).then_some(k_max)
@@ -148,7 +243,10 @@ pub(crate) fn attend_filled_columns(
     k_max: f32,
     round: Rounding,
 ) -> Result<Option<Vec<f32>>, String> {
-    attend_head(w, Columns::Filled { l, k_max }, round, true)
+    let columns = Columns::Filled { l, k_max };
+    let mask = MaskColumns::new(w, columns);
+    let keys = keys_by_column(w, columns);
+    attend_head(w, columns, &mask, &keys, round, true)
 }
 
 /// Which columns of a head's window [`attend_head`] computes.
@@ -162,52 +260,113 @@ pub(crate) enum Columns {
     All,
 }
 
+impl Columns {
+    fn count(self, c: usize) -> usize {
+        match self {
+            Columns::Filled { l, .. } => l,
+            Columns::All => c,
+        }
+    }
+}
+
+/// What the heads reading one mask share over the columns they compute: the mask's columns
+/// laid out one per row (`[l × t]`), and for filled columns each query row's largest hidden
+/// mask value.
+pub(crate) struct MaskColumns {
+    by_column: Vec<f32>,
+    hidden_max: Vec<f32>,
+}
+
+impl MaskColumns {
+    pub(crate) fn new(w: &HeadWindow, columns: Columns) -> Self {
+        let (t, c) = (w.t, w.c);
+        let l = columns.count(c);
+        let mut by_column = vec![0.0f32; l * t];
+        let mut hidden_max = Vec::new();
+        for (tr, row) in w.mask.chunks_exact(c).enumerate() {
+            for (j, &m) in row[..l].iter().enumerate() {
+                by_column[j * t + tr] = m;
+            }
+            if let Columns::Filled { .. } = columns {
+                hidden_max.push(max_ignoring_nan(&row[l..]));
+            }
+        }
+        MaskColumns {
+            by_column,
+            hidden_max,
+        }
+    }
+}
+
+/// The columns of `k` that `columns` computes, laid out one per row (`[l × d]`): what the
+/// query heads of a KV head share.
+pub(crate) fn keys_by_column(w: &HeadWindow, columns: Columns) -> Vec<f32> {
+    let (d, c) = (w.d, w.c);
+    let l = columns.count(c);
+    let mut by_column = vec![0.0f32; l * d];
+    for (i, row) in w.k.chunks_exact(c).enumerate() {
+        for (j, &k) in row[..l].iter().enumerate() {
+            by_column[j * d + i] = k;
+        }
+    }
+    by_column
+}
+
 /// One head's `out [dv × t]` over `columns`, or `None` when filled columns cannot be shown to
-/// be the whole answer. `parallel`: whether its products may spread over the threads (the
-/// values do not depend on it; a caller running heads side by side passes `false`).
+/// be the whole answer (or `d` exceeds 256). `mask` and `keys` are [`MaskColumns::new`] and
+/// [`keys_by_column`] of this head's mask and K for these columns. `parallel`: whether its
+/// products may spread over the threads (the values do not depend on it; a caller running
+/// heads side by side passes `false`).
+///
+/// The intermediate values are held transposed (`[l × t]`, a query row per column), so that
+/// the softmax of every query row runs in vector lanes — each row's max and sum still taken
+/// over its columns in order — and its result is the second product's right operand as it
+/// stands. `scoresᵀ = kᵀ·q` sums each element over the same `d` products in the same order as
+/// `qᵀ·k`: `d ≤ 256` keeps that sum one block of `gemm`'s (module docs).
 pub(crate) fn attend_head(
     w: &HeadWindow,
     columns: Columns,
+    mask: &MaskColumns,
+    keys: &[f32],
     round: Rounding,
     parallel: bool,
 ) -> Result<Option<Vec<f32>>, String> {
     let HeadWindow { d, dv, t, c, .. } = *w;
-    let l = match columns {
-        Columns::Filled { l, .. } => l,
-        Columns::All => c,
-    };
-
-    // scores [t × l] = qᵀ · k[:, :l]
-    let mut s = vec![0.0f32; t * l];
-    let qt = MatRef::row_major(w.q, d, t).transposed();
-    let kl = MatRef {
-        data: w.k,
-        rows: d,
-        cols: l,
-        rs: c,
-        cs: 1,
-    };
-    product(&mut s, qt, kl, parallel)?;
+    let l = columns.count(c);
+    if d > MAX_COLUMNS {
+        return Ok(None);
+    }
+    if keys.len() != l * d || mask.by_column.len() != l * t || w.q.len() != d * t {
+        return Err(format!(
+            "attention head {d}×{t} over {l} of {c} columns: shared operands of {} and {} values",
+            keys.len(),
+            mask.by_column.len()
+        ));
+    }
+    // scoresᵀ [l × t] = k[:, :l]ᵀ · q
+    let mut s = vec![0.0f32; l * t];
+    let keys = MatRef::row_major(keys, l, d);
+    product(&mut s, keys, MatRef::row_major(w.q, d, t), parallel)?;
     round_if(round.scores, &mut s);
-    for (row, mask) in s.chunks_exact_mut(l).zip(w.mask.chunks_exact(c)) {
+    for (row, mask) in s.chunks_exact_mut(t).zip(mask.by_column.chunks_exact(t)) {
         row.iter_mut().zip(mask).for_each(|(x, m)| *x += m);
     }
     round_if(round.masked, &mut s);
-    let mut max: Vec<f32> = s
-        .chunks_exact(l)
-        .map(|row| row.iter().copied().fold(f32::NEG_INFINITY, f32::max))
-        .collect();
+    let mut max = vec![f32::NEG_INFINITY; t];
+    for row in s.chunks_exact(t) {
+        max.iter_mut().zip(row).for_each(|(m, &x)| *m = m.max(x));
+    }
     round_if(round.max, &mut max);
     if let Columns::Filled { k_max, .. } = columns {
-        if !hidden_columns_vanish(w, l, k_max, &max) {
+        if !hidden_columns_vanish(w, k_max, &mask.hidden_max, &max) {
             return Ok(None);
         }
     }
-    for (row, &m) in s.chunks_exact_mut(l).zip(&max) {
-        row.iter_mut().for_each(|x| *x -= m);
+    for row in s.chunks_exact_mut(t) {
+        row.iter_mut().zip(&max).for_each(|(x, m)| *x -= m);
     }
     round_if(round.shifted, &mut s);
-    softmax(&mut s, &[t, l], 1, Accumulation::F32);
+    softmax_columns(&mut s, l, t);
     round_if(round.probs, &mut s);
 
     // out [dv × t] = v[:, :l] · probsᵀ
@@ -219,8 +378,7 @@ pub(crate) fn attend_head(
         rs: c,
         cs: 1,
     };
-    let probs_t = MatRef::row_major(&s, t, l).transposed();
-    product(&mut out, vl, probs_t, parallel)?;
+    product(&mut out, vl, MatRef::row_major(&s, l, t), parallel)?;
     round_if(round.out, &mut out);
     Ok(Some(out))
 }
@@ -233,18 +391,24 @@ fn product(dst: &mut [f32], a: MatRef, b: MatRef, parallel: bool) -> Result<(), 
 }
 
 /// Whether every row's visible maximum (`max`, rounded as the program rounds it) exceeds the
-/// bound on its hidden masked scores by 128 (module docs); a NaN anywhere fails.
-fn hidden_columns_vanish(w: &HeadWindow, l: usize, k_max: f32, max: &[f32]) -> bool {
-    let HeadWindow { d, t, c, .. } = *w;
-    max.iter().enumerate().all(|(tr, &row_max)| {
-        let q1: f32 = (0..d).map(|i| w.q[i * t + tr].abs()).sum();
-        let mask_max = w.mask[tr * c + l..(tr + 1) * c]
-            .iter()
-            .copied()
-            .fold(f32::NEG_INFINITY, f32::max);
-        let bound = mask_max + 1.01 * q1 * k_max + 16.0;
-        matches!((row_max - bound).partial_cmp(&128.0), Some(Greater | Equal))
-    })
+/// bound on its hidden masked scores by 128 (module docs; `hidden_mask_max` is each row's
+/// largest hidden mask value); a NaN anywhere fails.
+fn hidden_columns_vanish(w: &HeadWindow, k_max: f32, hidden_mask_max: &[f32], max: &[f32]) -> bool {
+    // ‖q_t‖₁ of every row, each summed over the channels in order
+    let mut q1 = vec![0.0f32; w.t];
+    for channel in w.q.chunks_exact(w.t) {
+        q1.iter_mut()
+            .zip(channel)
+            .for_each(|(sum, x)| *sum += x.abs());
+    }
+    max.iter()
+        .zip(&q1)
+        .zip(hidden_mask_max)
+        .all(|((&row_max, &q1), &mask_max)| {
+            // a zero's sign cannot matter: +16 follows
+            let bound = mask_max + 1.01 * q1 * k_max + 16.0;
+            matches!((row_max - bound).partial_cmp(&128.0), Some(Greater | Equal))
+        })
 }
 
 #[cfg(test)]
@@ -254,7 +418,8 @@ mod tests {
     use super::*;
     use crate::kernels::elementwise::{binary, Operand};
     use crate::kernels::linalg::batched_matmul;
-    use crate::kernels::norm::reduce;
+    use crate::kernels::norm::{reduce, softmax};
+    use crate::kernels::Accumulation;
 
     /// Deterministic values in about ±scale.
     fn values(n: usize, seed: u64, scale: f32) -> Vec<f32> {
@@ -390,6 +555,38 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn hidden_scans_see_every_value() {
+        for len in [0usize, 1, 15, 16, 17, 40, 448] {
+            let base = values(len, 9, 3.0);
+            let want = base.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+            assert_eq!(finite_max_abs(&base), (true, want), "{len} values");
+            assert_eq!(finite_max_abs_lanes(&base), (true, want), "{len} values");
+            for at in [0, len / 2, len.saturating_sub(1)]
+                .into_iter()
+                .filter(|&i| i < len)
+            {
+                for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+                    let mut v = base.clone();
+                    v[at] = bad;
+                    assert!(!finite_max_abs(&v).0, "{bad} at {at} of {len}");
+                    assert!(!finite_max_abs_lanes(&v).0, "{bad} at {at} of {len}");
+                }
+                let mut v = base.clone();
+                v[at] = -7.5;
+                assert_eq!(finite_max_abs(&v).1, 7.5, "at {at} of {len}");
+            }
+        }
+        let mut row = vec![HIDDEN; 100];
+        assert_eq!(visible_len(&row), 0);
+        for at in [0, 15, 16, 63, 99] {
+            row[at] = 0.0;
+            assert_eq!(visible_len(&row), at + 1);
+        }
+        row[40] = f32::NAN;
+        assert_eq!(max_ignoring_nan(&row[..50]), 0.0);
     }
 
     #[test]

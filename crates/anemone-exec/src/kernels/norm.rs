@@ -81,6 +81,32 @@ pub fn softmax(data: &mut [f32], shape: &[usize], axis: usize, acc: Accumulation
     }
 }
 
+/// Softmax down each column of `data` (`[n × cols]` row-major): the values [`softmax`] gives
+/// each row of the transposed `[cols × n]`, bit for bit — every column's max and sum taken over
+/// its `n` values in order, as a row's are — with the columns side by side in vector lanes.
+pub fn softmax_columns(data: &mut [f32], n: usize, cols: usize) {
+    if n == 0 || cols == 0 || data.len() != n * cols {
+        return;
+    }
+    let mut max = vec![f32::NEG_INFINITY; cols];
+    for row in data.chunks_exact(cols) {
+        max.iter_mut().zip(row).for_each(|(m, &v)| *m = m.max(v));
+    }
+    // `exp_shifted(x, 0)` computes `exp(x - 0) = exp(x)`: each value's exponential of
+    // `value - max` as a row's
+    for row in data.chunks_exact_mut(cols) {
+        row.iter_mut().zip(&max).for_each(|(r, m)| *r -= m);
+    }
+    super::exp_table::exp_shifted(data, 0.0);
+    let mut sum = vec![0.0f32; cols];
+    for row in data.chunks_exact(cols) {
+        sum.iter_mut().zip(row).for_each(|(s, &r)| *s += r);
+    }
+    for row in data.chunks_exact_mut(cols) {
+        row.iter_mut().zip(&sum).for_each(|(r, s)| *r /= s);
+    }
+}
+
 /// `(x - mean) / sqrt(var + eps) * gamma + beta` over `axes` (biased variance); gamma and
 /// beta are indexed by the coordinates along `axes` in the listed order.
 pub fn layer_norm(
@@ -209,6 +235,37 @@ fn reduce_middle_axis(kind: ReduceOp, data: &[f32], shape: &[usize], a: usize) -
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn column_softmax_is_the_row_softmax_of_the_transpose_bit_for_bit() {
+        let (n, cols) = (70usize, 37usize);
+        let mut data: Vec<f32> = (0..n * cols)
+            .map(|i| match i % 13 {
+                0 => -0.0,
+                1 => -1e4,
+                2 => -300.0,
+                _ => ((i * 7919 % 263) as f32 - 131.0) * 0.173,
+            })
+            .collect();
+        // a column with a NaN, one wholly −∞, one of zeros of both signs
+        data[5 * cols + 3] = f32::NAN;
+        (0..n).for_each(|r| data[r * cols + 7] = f32::NEG_INFINITY);
+        (0..n).for_each(|r| data[r * cols + 11] = if r % 2 == 0 { 0.0 } else { -0.0 });
+        let mut rows: Vec<f32> = (0..cols * n)
+            .map(|i| data[(i % n) * cols + i / n])
+            .collect();
+        softmax(&mut rows, &[cols, n], 1, Accumulation::F32);
+        softmax_columns(&mut data, n, cols);
+        for (i, got) in data.iter().enumerate() {
+            let want = rows[(i % cols) * n + i / cols];
+            assert!(
+                got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+                "row {} column {}: {got} vs {want}",
+                i / cols,
+                i % cols
+            );
+        }
+    }
 
     /// The middle-axis path gives the general (gathering) path's results bit for bit.
     #[test]
