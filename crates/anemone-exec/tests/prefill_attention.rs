@@ -42,9 +42,29 @@ const MODES: [(DType, Precision); 3] = [
 
 /// The window's causal mask `[T × S]`, its first query at slot `start`.
 fn causal_mask(start: usize) -> Vec<f32> {
-    (0..T * S)
-        .map(|i| if i % S <= start + i / S { 0.0 } else { -1e4 })
-        .collect()
+    Dims::WIDE.causal_mask(start)
+}
+
+/// A multi-head program's head dim, queries in the window and context slots.
+#[derive(Clone, Copy, Debug)]
+struct Dims {
+    d: usize,
+    t: usize,
+    s: usize,
+}
+
+impl Dims {
+    const WIDE: Dims = Dims { d: D, t: T, s: S };
+    /// Heads whose output product (`d·t ≤ 256` values, probabilities read along their rows)
+    /// takes `gemm`'s horizontal kernels in the program.
+    const SMALL: Dims = Dims { d: 16, t: 4, s: 40 };
+
+    fn causal_mask(self, start: usize) -> Vec<f32> {
+        let Dims { t, s, .. } = self;
+        (0..t * s)
+            .map(|i| if i % s <= start + i / s { 0.0 } else { -1e4 })
+            .collect()
+    }
 }
 
 /// An input tensor of the program's dtype.
@@ -98,17 +118,18 @@ fn a_partly_filled_window_gives_the_observed_values_bit_for_bit() {
 
 /// Two KV heads of [`HEADS`] query heads each, as the converter writes a prefill step's
 /// attention (the heads' outputs concatenated along channels).
-fn grouped_attention(dtype: DType) -> Function {
+fn grouped_attention(dtype: DType, dims: Dims) -> Function {
+    let Dims { d, t, s } = dims;
     let mut f = FunctionBuilder::new("main");
     let mut input =
         |name: &str, shape: [usize; 4]| f.input(name, TensorType::new(dtype, shape)).unwrap();
-    let mask = input("mask", [1, 1, T, S]);
+    let mask = input("mask", [1, 1, t, s]);
     let mut kv_heads = Vec::new();
     for g in 0..2 {
-        let k = input(&format!("k{g}"), [1, 1, D, S]);
-        let v = input(&format!("v{g}"), [1, 1, D, S]);
+        let k = input(&format!("k{g}"), [1, 1, d, s]);
+        let v = input(&format!("v{g}"), [1, 1, d, s]);
         let qs: Vec<_> = (0..HEADS)
-            .map(|h| input(&format!("q{g}_{h}"), [1, 1, D, T]))
+            .map(|h| input(&format!("q{g}_{h}"), [1, 1, d, t]))
             .collect();
         kv_heads.push((qs, k, v));
     }
@@ -130,45 +151,59 @@ fn grouped_attention(dtype: DType) -> Function {
 
 #[test]
 fn prefill_heads_side_by_side_give_the_observed_values_bit_for_bit() {
-    for (dtype, precision) in MODES {
-        let loaded = load(vec![grouped_attention(dtype)], precision);
-        let pkg = &loaded.package;
-        let backend = ExecutorBackend::with_threads(precision, 2).unwrap();
-        // first position of the window: filled columns only (0, 57), or every column (the
-        // visible ones round up to all: 192)
-        for start in [0usize, 57, 192] {
-            let mask = causal_mask(start);
-            let t = |shape: Vec<usize>, data: Vec<f32>| typed(dtype, shape, data);
-            let mut named = vec![("mask".to_string(), t(vec![1, 1, T, S], mask))];
-            for g in 0..2u64 {
-                named.push((
-                    format!("k{g}"),
-                    t(vec![1, 1, D, S], values(D * S, 1 + g, 2.0)),
-                ));
-                named.push((
-                    format!("v{g}"),
-                    t(vec![1, 1, D, S], values(D * S, 3 + g, 1.0)),
-                ));
-                for h in 0..HEADS as u64 {
-                    let q = values(D * T, 10 + 4 * g + h, 1.5);
-                    named.push((format!("q{g}_{h}"), t(vec![1, 1, D, T], q)));
-                }
+    // first position of the window: filled columns only (0, 57), or every column (the visible
+    // ones round up to all: 192; and every window of the small heads, whose output product
+    // keeps them off the filled columns)
+    for (dims, starts) in [
+        (Dims::WIDE, &[0usize, 57, 192][..]),
+        (Dims::SMALL, &[0, 20]),
+    ] {
+        for (dtype, precision) in MODES {
+            for &start in starts {
+                heads_side_by_side_match_the_observed_run(dims, dtype, precision, start);
             }
-            let ins = inputs(named.iter().map(|(n, t)| (n.as_str(), t.clone())).collect());
-            let mut state = pkg.new_state("main").unwrap();
-            let via_team = backend.predict(pkg, "main", &ins, &mut state).unwrap();
-            let mut seen = 0;
-            let mut observer = |_: OpOutput<'_>| seen += 1;
-            let observed = pkg
-                .predict_observed("main", &ins, &mut state, &mut observer)
-                .unwrap();
-            assert_eq!(seen, 6 * 2 * HEADS + 1, "the observed run runs every op");
-            let bits = |t: &Tensor| t.data.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-            assert_eq!(
-                bits(&via_team["heads"]),
-                bits(&observed["heads"]),
-                "{dtype:?} {precision:?} window at {start}"
-            );
         }
     }
+}
+
+fn heads_side_by_side_match_the_observed_run(
+    dims: Dims,
+    dtype: DType,
+    precision: Precision,
+    start: usize,
+) {
+    let Dims { d, t, s } = dims;
+    let loaded = load(vec![grouped_attention(dtype, dims)], precision);
+    let pkg = &loaded.package;
+    let backend = ExecutorBackend::with_threads(precision, 2).unwrap();
+    let typed = |shape: Vec<usize>, data: Vec<f32>| typed(dtype, shape, data);
+    let mut named = vec![(
+        "mask".to_string(),
+        typed(vec![1, 1, t, s], dims.causal_mask(start)),
+    )];
+    for g in 0..2u64 {
+        let k = typed(vec![1, 1, d, s], values(d * s, 1 + g, 2.0));
+        named.push((format!("k{g}"), k));
+        let v = typed(vec![1, 1, d, s], values(d * s, 3 + g, 1.0));
+        named.push((format!("v{g}"), v));
+        for h in 0..HEADS as u64 {
+            let q = values(d * t, 10 + 4 * g + h, 1.5);
+            named.push((format!("q{g}_{h}"), typed(vec![1, 1, d, t], q)));
+        }
+    }
+    let ins = inputs(named.iter().map(|(n, t)| (n.as_str(), t.clone())).collect());
+    let mut state = pkg.new_state("main").unwrap();
+    let via_team = backend.predict(pkg, "main", &ins, &mut state).unwrap();
+    let mut seen = 0;
+    let mut observer = |_: OpOutput<'_>| seen += 1;
+    let observed = pkg
+        .predict_observed("main", &ins, &mut state, &mut observer)
+        .unwrap();
+    assert_eq!(seen, 6 * 2 * HEADS + 1, "the observed run runs every op");
+    let bits = |t: &Tensor| t.data.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(
+        bits(&via_team["heads"]),
+        bits(&observed["heads"]),
+        "{dims:?} {dtype:?} {precision:?} window at {start}"
+    );
 }

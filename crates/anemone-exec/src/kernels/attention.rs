@@ -26,8 +26,10 @@
 //! product is `scoresᵀ = kᵀ·q`, whose elements are the same `d` products summed in the same
 //! order (`d ≤ 256`: one block); the softmax then runs down the columns
 //! ([`super::norm::softmax_columns`], each row's max and sum in order), and `probsᵀ` is the
-//! second product's right operand as it stands. Both products have unit column strides, which
-//! takes them to [`super::gemm_avx512`] where it reproduces `gemm`.
+//! second product's right operand as it stands (unless the program's own product takes
+//! `gemm`'s horizontal kernels, `dv·T ≤ 256`: then probs go back to the program's layout). Both
+//! products otherwise have unit column strides, which takes them to [`super::gemm_avx512`]
+//! where it reproduces `gemm`'s blocked path.
 
 use std::cmp::Ordering::{Equal, Greater, Less};
 
@@ -313,7 +315,8 @@ pub(crate) fn keys_by_column(w: &HeadWindow, columns: Columns) -> Vec<f32> {
 }
 
 /// One head's `out [dv × t]` over `columns`, or `None` when filled columns cannot be shown to
-/// be the whole answer (or `d` exceeds 256). `mask` and `keys` are [`MaskColumns::new`] and
+/// be the whole answer (or the shape is outside `3 ≤ d ≤ 256`, `dv, t ≥ 2`, `l ≥ 3`, where the
+/// program's products take other `gemm` paths). `mask` and `keys` are [`MaskColumns::new`] and
 /// [`keys_by_column`] of this head's mask and K for these columns. `parallel`: whether its
 /// products may spread over the threads (the values do not depend on it; a caller running
 /// heads side by side passes `false`).
@@ -333,7 +336,8 @@ pub(crate) fn attend_head(
 ) -> Result<Option<Vec<f32>>, String> {
     let HeadWindow { d, dv, t, c, .. } = *w;
     let l = columns.count(c);
-    if d > MAX_COLUMNS {
+    // the program's products then take `gemm`'s blocked or horizontal paths only (see below)
+    if !(3..=MAX_COLUMNS).contains(&d) || dv < 2 || t < 2 || l < 3 {
         return Ok(None);
     }
     if keys.len() != l * d || mask.by_column.len() != l * t || w.q.len() != d * t {
@@ -369,7 +373,9 @@ pub(crate) fn attend_head(
     softmax_columns(&mut s, l, t);
     round_if(round.probs, &mut s);
 
-    // out [dv × t] = v[:, :l] · probsᵀ
+    // out [dv × t] = v[:, :l] · probsᵀ. The program reads probsᵀ along probs' rows, and where
+    // `dv·t ≤ 256` that layout takes `gemm` to its horizontal kernels, which order the sums
+    // otherwise: there the product runs on probs laid out as the program holds them.
     let mut out = vec![0.0f32; dv * t];
     let vl = MatRef {
         data: w.v,
@@ -378,9 +384,31 @@ pub(crate) fn attend_head(
         rs: c,
         cs: 1,
     };
-    product(&mut out, vl, MatRef::row_major(&s, l, t), parallel)?;
+    let probs_rows;
+    let probs_t = if dv * t <= HORIZONTAL_OUTPUTS {
+        probs_rows = transposed(&s, l, t);
+        MatRef::row_major(&probs_rows, t, l).transposed()
+    } else {
+        MatRef::row_major(&s, l, t)
+    };
+    product(&mut out, vl, probs_t, parallel)?;
     round_if(round.out, &mut out);
     Ok(Some(out))
+}
+
+/// `gemm` takes products of at most this many outputs whose operands are both read along k
+/// with unit stride to its horizontal kernels.
+const HORIZONTAL_OUTPUTS: usize = 256;
+
+/// `x [rows × cols]` row-major, transposed into `[cols × rows]` row-major.
+fn transposed(x: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    let mut out = vec![0.0f32; rows * cols];
+    for (r, row) in x.chunks_exact(cols).enumerate() {
+        for (j, &v) in row.iter().enumerate() {
+            out[j * rows + r] = v;
+        }
+    }
+    out
 }
 
 /// `dst = a · b` as [`super::linalg::matmul_into`] computes it, spread over the threads only
