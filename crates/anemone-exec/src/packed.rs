@@ -11,7 +11,7 @@ use half::f16;
 use anemone_backend::round_f16_in_place;
 
 use crate::decompress::check_blocks;
-use crate::kernels::{gemm_f16, linalg, quant, simd, Accumulation};
+use crate::kernels::{gemm_f16, linalg, lut, quant, simd, Accumulation};
 
 /// A projection weight `[O, I, 1…]` (or `[O, I]`), read as `O` rows of `I` values.
 pub(crate) struct HalfWeight {
@@ -445,30 +445,46 @@ impl HalfWeight {
                 palette,
                 blocks,
             } => {
-                let row_blocks = blocks.row(i);
-                let per = blocks.cols_per;
-                if indices.dtype() == DType::U4 && base.is_multiple_of(2) && per.is_multiple_of(2) {
-                    // two indices a byte, low nibble first
-                    let bytes = &indices.bytes()[base / 2..(base + k) / 2];
-                    for (cb, (o, b)) in out.chunks_mut(per).zip(bytes.chunks(per / 2)).enumerate() {
-                        let g = row_blocks + cb;
-                        let Ok(t) = <&[f16; 16]>::try_from(&table[g * 16..(g + 1) * 16]) else {
-                            continue;
-                        };
-                        for (o, &b) in o.chunks_exact_mut(2).zip(b) {
-                            o[0] = t[(b & 15) as usize];
-                            o[1] = t[(b >> 4) as usize];
-                        }
-                    }
-                    return;
-                }
-                let c = &mut scratch.codes[..k];
-                codes(indices.bytes(), indices.dtype(), base, c);
-                for (cb, (o, c)) in out.chunks_mut(per).zip(c.chunks(per)).enumerate() {
-                    let t = &table[(row_blocks + cb) * palette..(row_blocks + cb + 1) * palette];
-                    o.iter_mut().zip(c).for_each(|(o, &c)| *o = t[c as usize]);
+                let (row_blocks, per) = (blocks.row(i), blocks.cols_per);
+                let bits = indices.dtype().bits();
+                for (cb, o) in out.chunks_mut(per).enumerate() {
+                    let g = row_blocks + cb;
+                    let entries = &table[g * palette..(g + 1) * palette];
+                    lut::form(indices.bytes(), bits, base + cb * per, entries, o);
                 }
             }
+        }
+    }
+
+    /// The rows of a palettized weight from `first` that fill `out`, as fp16 values: one run
+    /// of indices when they share one palette (blocks of whole rows, one row group), else row
+    /// by row ([`Self::row`]).
+    fn lut_rows(&self, first: usize, out: &mut [f16]) {
+        let k = self.shape[1];
+        let rows = out.len() / k.max(1);
+        if let WeightData::Lut {
+            indices,
+            table,
+            palette,
+            blocks,
+        } = &self.data
+        {
+            let g = blocks.group(first);
+            if blocks.col_blocks == 1 && rows > 0 && blocks.group(first + rows - 1) == g {
+                let entries = &table[g * palette..(g + 1) * palette];
+                lut::form(
+                    indices.bytes(),
+                    indices.dtype().bits(),
+                    first * k,
+                    entries,
+                    out,
+                );
+                return;
+            }
+        }
+        for (r, row) in out.chunks_exact_mut(k.max(1)).enumerate() {
+            // a palette row is formed without scratch (`Scratch::new(0)` holds nothing)
+            self.row(first + r, &mut Scratch::new(0), row);
         }
     }
 
@@ -633,6 +649,11 @@ impl HalfWeight {
                     .fused_weight()
                     .is_some_and(|w| quant::matvec_weights(&mut [(&mut *dst, w)], x)) =>
             {
+                Ok(())
+            }
+            (WeightData::Lut { indices, .. }, Accumulation::F32) => {
+                let row_bytes = (k * indices.dtype().bits()).div_ceil(8);
+                quant::matvec_by_formed_rows(dst, x, row_bytes, |i, rows| self.lut_rows(i, rows));
                 Ok(())
             }
             (WeightData::ShiftScale { .. } | WeightData::Lut { .. }, _) => {

@@ -140,7 +140,7 @@ fn shift_scale_matvec_is_the_expanded_fp16_matvec() {
 fn lut_matvec_is_the_expanded_fp16_matvec() {
     let mut rng = Rng(0xD1B5_4A32_D192_ED03);
     // (index dtype, weight shape, palette-group shape)
-    let cases: [(DType, Vec<usize>, Vec<usize>); 9] = [
+    let cases: [(DType, Vec<usize>, Vec<usize>); 14] = [
         (DType::U4, vec![320, 1024, 1, 1], vec![1, 1, 1, 1]),
         (DType::U4, vec![64, 96], vec![8, 1]),
         (DType::U4, vec![64, 96, 1, 1], vec![4, 3, 1, 1]),
@@ -151,6 +151,13 @@ fn lut_matvec_is_the_expanded_fp16_matvec() {
         // many column blocks, a tail after the four-row passes
         (DType::U4, vec![13, 1056], vec![13, 33]),
         (DType::U4, vec![9, 576, 1, 1], vec![9, 36, 1, 1]),
+        // rows formed 64 indices a step (`kernels::lut`): four-row runs sharing a palette,
+        // runs crossing a row group, column blocks, index widths that straddle bytes
+        (DType::U8, vec![64, 192, 1, 1], vec![2, 1, 1, 1]),
+        (DType::U8, vec![30, 320], vec![5, 1]),
+        (DType::U6, vec![21, 128], vec![3, 1]),
+        (DType::U3, vec![12, 576, 1, 1], vec![1, 1, 1, 1]),
+        (DType::U8, vec![8, 256], vec![2, 2]),
     ];
     for (dtype, shape, gshape) in cases {
         let indices = ints(&mut rng, dtype, shape.clone());

@@ -11,6 +11,7 @@ pub mod gemm_avx512;
 pub mod gemm_f16;
 pub mod kv_elem;
 pub mod linalg;
+pub mod lut;
 pub mod norm;
 pub mod quant;
 pub mod shape;

@@ -563,6 +563,42 @@ pub fn matvec_by_rows(dst: &mut [f32], k: usize, dot_row: impl Fn(usize) -> f32 
     spread_rows(dst, 2 * k, k, kernel);
 }
 
+/// `dst[i] = dot(row i, x)` over rows formed as fp16 values by `form_rows(i, rows)` (the rows
+/// from `i` that fill `rows`, `row_bytes` stored bytes each), four rows a pass through the fp16
+/// four-row kernel where the CPU has it (each value [`simd::dot_f16_kernel`]'s bit for bit, as
+/// [`matvec_by_rows`] gives), spread over the decode team as the fp16 matvec is.
+pub fn matvec_by_formed_rows(
+    dst: &mut [f32],
+    x: &[f32],
+    row_bytes: usize,
+    form_rows: impl Fn(usize, &mut [f16]) + Sync,
+) {
+    let k = x.len();
+    let (dot1, dot4) = (
+        super::simd::dot_f16_kernel(),
+        super::simd::dot_f16x4_kernel(),
+    );
+    let kernel = |first: usize, chunk: &mut [f32]| {
+        FORMED.with(|cell| {
+            let mut buf = cell.borrow_mut();
+            buf.resize(4 * k, f16::ZERO);
+            let mut r = 0;
+            if let Some(dot4) = dot4 {
+                while r + 4 <= chunk.len() {
+                    form_rows(first + r, &mut buf);
+                    chunk[r..r + 4].copy_from_slice(&dot4(&buf, x));
+                    r += 4;
+                }
+            }
+            for (i, d) in chunk.iter_mut().enumerate().skip(r) {
+                form_rows(first + i, &mut buf[..k]);
+                *d = dot1(&buf[..k], x);
+            }
+        })
+    };
+    spread_rows(dst, row_bytes, k, kernel);
+}
+
 /// Fills `buf` (`rows × k`) by `fill_row(i, row_i)`, rows spread over the thread pool.
 pub fn fill_by_rows(buf: &mut [f32], k: usize, fill_row: impl Fn(usize, &mut [f32]) + Sync) {
     if k == 0 {
@@ -585,6 +621,8 @@ pub fn fill_by_rows(buf: &mut [f32], k: usize, fill_row: impl Fn(usize, &mut [f3
 }
 
 std::thread_local! {
+    /// Four rows formed by [`matvec_by_formed_rows`].
+    static FORMED: std::cell::RefCell<Vec<f16>> = const { std::cell::RefCell::new(Vec::new()) };
     /// Per-thread buffer a compressed weight is expanded into for a wide product.
     static EXPANDED: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
