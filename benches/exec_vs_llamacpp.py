@@ -64,7 +64,9 @@ def main():
     p.add_argument("--json", action="store_true")
     p.add_argument("--quantized", action="store_true",
                    help="also llama.cpp Q8_0/Q4_0 (quantized by llama.cpp from the F16 GGUF) against "
-                        "anemone int8/int4 bundles (symmetric, blocks of 32, from the same F16 GGUF)")
+                        "anemone int8/int4 bundles (symmetric, blocks of 32, from the same F16 GGUF), "
+                        "and anemone LUT-8/LUT-4 bundles (k-means palettes, 32 rows a palette) "
+                        "against the fp16 bundle")
     args = p.parse_args()
     work = pathlib.Path(args.workdir)
     binary = pathlib.Path(args.binary).resolve()
@@ -100,6 +102,13 @@ def main():
                     subprocess.run([str(binary), "convert", str(ggufs["F16"]), "--out",
                                     str(bundles[bits]), "--quantize", bits, "--block-size", "32",
                                     "--linear-mode", "symmetric"], check=True, capture_output=True)
+            for bits in ("8", "4"):
+                bundles[f"lut{bits}"] = work / f"{src.stem}.lut{bits}.bundle"
+                if not bundles[f"lut{bits}"].exists():
+                    print(f"converting {bundles[f'lut{bits}'].name}", file=sys.stderr)
+                    subprocess.run([str(binary), "convert", str(ggufs["F16"]), "--out",
+                                    str(bundles[f"lut{bits}"]), "--palettize", bits],
+                                   check=True, capture_output=True)
         llama = {d: LlamaEngine(g, args.threads, 512) for d, g in ggufs.items()}
         prompt = llama["F32"].llm.tokenize(PROMPT_TEXT.encode(), add_bos=False)[: args.prompt_tokens]
         assert len(prompt) == args.prompt_tokens, "prompt text too short"
@@ -121,6 +130,10 @@ def main():
                  lambda: anemone_run(binary, bundles["int8"], prompt, forced, args.threads, [])),
                 ("anemone executor, int4 bundle",
                  lambda: anemone_run(binary, bundles["int4"], prompt, forced, args.threads, [])),
+                ("anemone executor, lut8 bundle",
+                 lambda: anemone_run(binary, bundles["lut8"], prompt, forced, args.threads, [])),
+                ("anemone executor, lut4 bundle",
+                 lambda: anemone_run(binary, bundles["lut4"], prompt, forced, args.threads, [])),
             ]
         best = {}
         for _ in range(args.repeats):
@@ -133,7 +146,10 @@ def main():
                  "anemone executor, fp32 bundle": "llama.cpp F32",
                  "anemone reference, fp32": "llama.cpp F32",
                  "anemone executor, int8 bundle": "llama.cpp Q8_0",
-                 "anemone executor, int4 bundle": "llama.cpp Q4_0"}
+                 "anemone executor, int4 bundle": "llama.cpp Q4_0",
+                 # no llama.cpp peer holds palettes: against anemone's own fp16 bundle
+                 "anemone executor, lut8 bundle": "anemone executor, fp16 bundle",
+                 "anemone executor, lut4 bundle": "anemone executor, fp16 bundle"}
         weight_bytes = {f"anemone executor, {kind} bundle": bundle_weight_bytes(bundle)
                         for kind, bundle in bundles.items()}
         kv_bytes = {f"anemone executor, {kind} bundle": bundle_kv_bytes(bundle)
@@ -143,7 +159,8 @@ def main():
             ratio = ""
             if peer:
                 lp, ld, _ = best[peer]
-                ratio = f"{pf / lp:.2f}× / {dc / ld:.2f}× of {peer.split()[-1]} ({lp:.0f} / {ld:.1f})"
+                short = "the fp16 bundle" if peer.startswith("anemone") else peer.split()[-1]
+                ratio = f"{pf / lp:.2f}× / {dc / ld:.2f}× of {short} ({lp:.0f} / {ld:.1f})"
             rows.append({"model": name, "engine": label, "prefill_tok_s": pf, "decode_tok_s": dc,
                          "peak_rss_mib": rss, "weight_mib": weight_bytes.get(label, 0) / 2**20,
                          "kv_mib": kv_bytes.get(label, 0) / 2**20,
@@ -152,7 +169,7 @@ def main():
     print(f"\n{args.threads} threads, {args.prompt_tokens}-token prompt, {args.new_tokens} tokens "
           f"teacher-forced along llama.cpp F32's greedy path, best of {args.repeats} interleaved "
           f"rounds; load average {load_before[0]:.1f} before, {load_after[0]:.1f} after\n")
-    print("| model | engine | prefill tok/s | decode tok/s | peak RSS MiB (weights MiB) | RSS / (weights + KV) | ratio to llama.cpp at equal precision (prefill / decode) |")
+    print("| model | engine | prefill tok/s | decode tok/s | peak RSS MiB (weights MiB) | RSS / (weights + KV) | ratio to llama.cpp at equal precision, LUT to the fp16 bundle (prefill / decode) |")
     print("|---|---|---:|---:|---:|---:|---|")
     for r in rows:
         mem, per_byte = "", ""
