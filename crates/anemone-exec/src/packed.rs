@@ -198,16 +198,8 @@ fn codes(bytes: &[u8], dtype: DType, start: usize, out: &mut [i32]) {
         }
         _ => {
             let bits = dtype.bits();
-            let mask = (1u32 << bits) - 1;
             for (n, o) in out.iter_mut().enumerate() {
-                let bit = (start + n) * bits;
-                let lo = bytes[bit / 8] as u32;
-                let hi = if bit % 8 + bits > 8 {
-                    bytes[bit / 8 + 1] as u32
-                } else {
-                    0
-                };
-                *o = (((lo | (hi << 8)) >> (bit % 8)) & mask) as i32;
+                *o = lut::index_at(bytes, bits, start + n) as i32;
             }
         }
     }

@@ -11,7 +11,7 @@ use half::f16;
 /// Index `e` of the packed `bits`-wide indices `bytes` (little-endian bit order: element `e`
 /// occupies bits `e·bits .. (e + 1)·bits` of the byte stream).
 #[inline]
-fn index_at(bytes: &[u8], bits: usize, e: usize) -> usize {
+pub fn index_at(bytes: &[u8], bits: usize, e: usize) -> usize {
     let bit = e * bits;
     let lo = bytes[bit / 8] as u32;
     let hi = if bit % 8 + bits > 8 {
@@ -229,18 +229,7 @@ mod avx512 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn pseudo_random(n: usize, seed: u64) -> Vec<u64> {
-        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..n)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                s
-            })
-            .collect()
-    }
+    use anemone_testkit::Rng;
 
     /// Packs `indices` LSB-first, `bits` each.
     fn pack(indices: &[usize], bits: usize) -> Vec<u8> {
@@ -260,16 +249,12 @@ mod tests {
     fn formed_rows_are_the_palette_entries_of_every_index_width_and_offset() {
         for bits in [1, 2, 3, 4, 6, 8] {
             let entries = 1usize << bits;
-            let palette: Vec<f16> = pseudo_random(entries, bits as u64)
-                .iter()
-                // every bit pattern but NaNs (compared as bits below anyway)
-                .map(|&r| f16::from_bits((r >> 20) as u16 & 0x7BFF))
+            let mut rng = Rng(0x1D_5EED + bits as u64);
+            // finite fp16 bit patterns (compared as bits below)
+            let palette: Vec<f16> = (0..entries)
+                .map(|_| f16::from_bits(rng.next() as u16 & 0x7BFF))
                 .collect();
-            let n = 700;
-            let indices: Vec<usize> = pseudo_random(n, 7 + bits as u64)
-                .iter()
-                .map(|&r| (r >> 30) as usize % entries)
-                .collect();
+            let indices: Vec<usize> = (0..700).map(|_| rng.next() as usize % entries).collect();
             let bytes = pack(&indices, bits);
             for (first, len) in [(0, 640), (8, 600), (64, 131), (1, 200), (5, 63), (3, 0)] {
                 let mut out = vec![f16::ZERO; len];
