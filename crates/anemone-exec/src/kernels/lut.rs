@@ -27,13 +27,16 @@ pub fn index_at(bytes: &[u8], bits: usize, e: usize) -> usize {
 /// `first..first + out.len()` inside `bytes`).
 pub fn form(bytes: &[u8], bits: usize, first: usize, palette: &[f16], out: &mut [f16]) {
     debug_assert!((1..=8).contains(&bits) && palette.len() == 1 << bits);
-    let mut done = 0;
     #[cfg(target_arch = "x86_64")]
-    if avx512::available() && (first * bits).is_multiple_of(8) && out.len() >= 64 {
+    let done = if avx512::available() && (first * bits).is_multiple_of(8) && out.len() >= 64 {
         // SAFETY: the features were detected; the run starts on a byte and its indices lie
         // inside `bytes` (the caller's contract), the palette has 2^bits entries.
-        done = unsafe { avx512::form(bytes, bits, first, palette, out) };
-    }
+        unsafe { avx512::form(bytes, bits, first, palette, out) }
+    } else {
+        0
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let done = 0;
     for (n, o) in out.iter_mut().enumerate().skip(done) {
         *o = palette[index_at(bytes, bits, first + n)];
     }
