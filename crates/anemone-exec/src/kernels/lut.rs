@@ -93,16 +93,20 @@ mod avx512 {
             planes
         }
 
-        /// The entries of 64 byte indices, as the fp16 bit patterns of elements 0–31 and
-        /// 32–63.
+        /// The entries of 64 byte indices below `64 · GROUPS` (1, 2 or 4), as the fp16 bit
+        /// patterns of elements 0–31 and 32–63: one permute a plane for 6-bit indices, a
+        /// two-register one for 7-bit ones, two and a blend on bit 7 for 8-bit ones.
         #[inline]
         #[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
-        fn look_up(&self, v: __m512i) -> (__m512i, __m512i) {
-            let upper = _mm512_movepi8_mask(v);
-            let plane = |p: &[__m512i; 4]| {
-                let low_half = _mm512_permutex2var_epi8(p[0], v, p[1]);
-                let high_half = _mm512_permutex2var_epi8(p[2], v, p[3]);
-                _mm512_mask_blend_epi8(upper, low_half, high_half)
+        fn look_up<const GROUPS: usize>(&self, v: __m512i) -> (__m512i, __m512i) {
+            let plane = |p: &[__m512i; 4]| match GROUPS {
+                1 => _mm512_permutexvar_epi8(v, p[0]),
+                2 => _mm512_permutex2var_epi8(p[0], v, p[1]),
+                _ => {
+                    let low_half = _mm512_permutex2var_epi8(p[0], v, p[1]);
+                    let high_half = _mm512_permutex2var_epi8(p[2], v, p[3]);
+                    _mm512_mask_blend_epi8(_mm512_movepi8_mask(v), low_half, high_half)
+                }
             };
             let (lo, hi) = (plane(&self.lo), plane(&self.hi));
             // the low and high bytes of elements 0–31, then 32–63, side by side
@@ -191,6 +195,25 @@ mod avx512 {
         palette: &[f16],
         out: &mut [f16],
     ) -> usize {
+        match bits {
+            ..=6 => form_steps::<1>(bytes, bits, first, palette, out),
+            7 => form_steps::<2>(bytes, bits, first, palette, out),
+            _ => form_steps::<4>(bytes, bits, first, palette, out),
+        }
+    }
+
+    /// [`form`] with indices below `64 · GROUPS` ([`Planes::look_up`]).
+    ///
+    /// # Safety
+    /// As [`form`], and `2^bits ≤ 64 · GROUPS`.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
+    unsafe fn form_steps<const GROUPS: usize>(
+        bytes: &[u8],
+        bits: usize,
+        first: usize,
+        palette: &[f16],
+        out: &mut [f16],
+    ) -> usize {
         let planes = Planes::of(palette);
         // the 8 indices of 8 elements are `bits` bytes: qword g gets bytes g·bits.., and its
         // byte j bits j·bits.. (only the low `bits` of each are kept)
@@ -220,7 +243,7 @@ mod avx512 {
                 let placed = _mm512_permutexvar_epi8(spread, raw);
                 _mm512_and_si512(_mm512_multishift_epi64_epi8(shifts, placed), keep)
             };
-            let (low, high) = planes.look_up(v);
+            let (low, high) = planes.look_up::<GROUPS>(v);
             _mm512_storeu_si512(dst.add(e) as *mut __m512i, low);
             _mm512_storeu_si512(dst.add(e + 32) as *mut __m512i, high);
             e += 64;
