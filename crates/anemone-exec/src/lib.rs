@@ -65,6 +65,7 @@ pub mod decompress;
 mod error;
 mod interp;
 pub mod kernels;
+mod narrow;
 mod package;
 mod packed;
 mod plan;

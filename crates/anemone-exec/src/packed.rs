@@ -12,6 +12,7 @@ use anemone_backend::round_f16_in_place;
 
 use crate::decompress::check_blocks;
 use crate::kernels::{gemm_f16, linalg, lut, quant, simd, Accumulation};
+use crate::narrow;
 
 /// A projection weight `[O, I, 1…]` (or `[O, I]`), read as `O` rows of `I` values.
 pub(crate) struct HalfWeight {
@@ -134,9 +135,9 @@ impl Halves {
 /// Block of element `(row, col)`: `(row / rows_per) * col_blocks + col / cols_per` (the block
 /// counts of the trailing unit axes are 1).
 pub(crate) struct Blocks {
-    rows_per: usize,
-    cols_per: usize,
-    col_blocks: usize,
+    pub rows_per: usize,
+    pub cols_per: usize,
+    pub col_blocks: usize,
 }
 
 impl Blocks {
@@ -154,7 +155,7 @@ impl Blocks {
 
     /// Block of element `(row, 0)`; column `c` is `c / cols_per` blocks further.
     #[inline]
-    fn row(&self, row: usize) -> usize {
+    pub fn row(&self, row: usize) -> usize {
         self.group(row) * self.col_blocks
     }
 
@@ -298,16 +299,21 @@ impl HalfWeight {
         }
         let blocks = Blocks::new(data.shape(), scale.shape())?;
         let offset_promotes = offset.is_some_and(|o| o.dtype() == DType::F32);
-        let offset = offset.map(OffsetValues::of);
+        let mut offset = offset.map(OffsetValues::of);
+        let (mut data, mut scale) = (data.clone(), scale.clone());
+        if let Some(n) = narrow::narrow(&data, &scale, offset.as_ref(), &blocks) {
+            (data, scale) = (n.data, n.scales);
+            offset = Some(OffsetValues::F32(n.offsets));
+        }
         let split = match offset_promotes {
             true => Vec::new(),
-            false => split_levels(data.dtype(), scale, offset.as_ref(), &blocks),
+            false => split_levels(data.dtype(), &scale, offset.as_ref(), &blocks),
         };
         Some(HalfWeight {
             shape: data.shape().to_vec(),
             data: WeightData::ShiftScale {
-                data: data.clone(),
-                scale: scale.clone(),
+                data,
+                scale,
                 offset,
                 offset_promotes,
                 blocks,

@@ -400,3 +400,164 @@ fn compressed_pointwise_conv_is_the_expanded_conv() {
         }
     }
 }
+
+/// 8-bit data whose blocks hold 16 codes of one progression (`base + step · k`), as a 4-bit
+/// source's grid stored in 8 bits; `wide` blocks (one in seven) take a 17th level.
+fn grid_codes(
+    rng: &mut Rng,
+    dtype: DType,
+    shape: &[usize],
+    sshape: &[usize],
+    step: i32,
+) -> TensorData {
+    let (rows, cols) = (shape[0], shape[1]);
+    let (rows_per, cols_per) = (rows / sshape[0], cols / sshape[1]);
+    let (lo, hi) = if dtype == DType::I8 {
+        (-128, 127)
+    } else {
+        (0, 255)
+    };
+    let bases: Vec<i32> = (0..sshape[0] * sshape[1])
+        .map(|_| rng.int(lo, hi - 15 * step))
+        .collect();
+    let v: Vec<i32> = (0..rows * cols)
+        .map(|e| {
+            let g = e / cols / rows_per * sshape[1] + e % cols / cols_per;
+            bases[g] + step * rng.int(0, 15)
+        })
+        .collect();
+    TensorData::pack_ints(dtype, shape.to_vec(), &v).unwrap()
+}
+
+#[test]
+fn grid_int8_weights_are_held_as_4_bit_codes_forming_the_same_values() {
+    let mut rng = Rng(0x2545_F491_4F6C_DD1D);
+    // (data dtype, shape, scale shape, offset dtype, step of the grid codes, narrowed)
+    type Case = (DType, Vec<usize>, Vec<usize>, Option<DType>, i32, bool);
+    let cases: [Case; 9] = [
+        (
+            DType::I8,
+            vec![64, 96],
+            vec![64, 3],
+            Some(DType::F16),
+            1,
+            true,
+        ),
+        (
+            DType::I8,
+            vec![320, 1024, 1, 1],
+            vec![320, 32, 1, 1],
+            Some(DType::F16),
+            1,
+            true,
+        ),
+        (
+            DType::U8,
+            vec![48, 64],
+            vec![48, 2],
+            Some(DType::U8),
+            1,
+            true,
+        ),
+        (DType::I8, vec![40, 96], vec![20, 6], None, 1, true),
+        (
+            DType::I8,
+            vec![64, 128, 1, 1],
+            vec![64, 4, 1, 1],
+            Some(DType::F16),
+            2,
+            true,
+        ),
+        (
+            DType::U8,
+            vec![24, 64],
+            vec![24, 2],
+            Some(DType::F16),
+            4,
+            true,
+        ),
+        (
+            DType::I8,
+            vec![7, 576, 1, 1],
+            vec![7, 36, 1, 1],
+            Some(DType::F16),
+            8,
+            true,
+        ),
+        // fp32 offsets promote (no fp16 rounding of the difference): kept as they are
+        (
+            DType::I8,
+            vec![32, 64],
+            vec![32, 2],
+            Some(DType::F32),
+            1,
+            false,
+        ),
+        // codes over 17 levels in one block: kept as they are
+        (
+            DType::I8,
+            vec![32, 64],
+            vec![32, 2],
+            Some(DType::F16),
+            1,
+            false,
+        ),
+    ];
+    for (n, (dtype, shape, sshape, odt, step, narrowed)) in cases.into_iter().enumerate() {
+        let mut data = grid_codes(&mut rng, dtype, &shape, &sshape, step);
+        if n == 8 {
+            // a 17th level in the first block (row 0, columns 0..32)
+            let mut v = data.to_i32_vec().unwrap();
+            let (lo, hi) = (
+                *v[..32].iter().min().unwrap(),
+                *v[..32].iter().max().unwrap(),
+            );
+            v[5] = if lo >= -112 { hi - 16 } else { lo + 16 };
+            data = TensorData::pack_ints(dtype, shape.clone(), &v).unwrap();
+        }
+        let ns: usize = sshape.iter().product();
+        // scales of very different magnitudes (products that round, overflow, are subnormal);
+        // fractional and integer offsets
+        let svals: Vec<f32> = (0..ns)
+            .map(|i| rng.float(1e-5 * 10f32.powi(i as i32 % 9)))
+            .collect();
+        let scale = TensorData::f16_from_f32(sshape.clone(), &svals).unwrap();
+        let offset = odt.map(|o| match o {
+            DType::F16 => {
+                let o: Vec<f32> = (0..ns)
+                    .map(|i| {
+                        rng.float(40.0).round() + if i % 3 == 0 { 0.0 } else { rng.float(1.0) }
+                    })
+                    .collect();
+                TensorData::f16_from_f32(sshape.clone(), &o).unwrap()
+            }
+            DType::F32 => TensorData::from_f32(sshape.clone(), &rng.floats(ns, 4.0)).unwrap(),
+            int => ints(&mut rng, int, sshape.clone()),
+        });
+        let expanded = blockwise_shift_scale(&data, &scale, offset.as_ref()).unwrap();
+        let packed = HalfWeight::shift_scale(&data, &scale, offset.as_ref()).unwrap();
+        let WeightData::ShiftScale { data: held, .. } = &packed.data else {
+            panic!("case {n}: not a shift-scale weight");
+        };
+        let want = if narrowed { DType::U4 } else { dtype };
+        assert_eq!(held.dtype(), want, "case {n}: {shape:?} step {step}");
+        assert_fused_where_covered(&packed);
+        assert_same(&packed, &expanded, &mut rng);
+        let mut scratch = Scratch::new(shape[1]);
+        let mut row = vec![f16::ZERO; shape[1]];
+        for r in [0, shape[0] / 2, shape[0] - 1] {
+            packed.row(r, &mut scratch, &mut row);
+            let bits = |v: &[f32]| {
+                v.iter()
+                    .map(|x| f16::from_f32(*x).to_bits())
+                    .collect::<Vec<_>>()
+            };
+            let got: Vec<u16> = row.iter().map(|v| v.to_bits()).collect();
+            assert_eq!(
+                got,
+                bits(&expanded.data[r * shape[1]..(r + 1) * shape[1]]),
+                "case {n} row {r}"
+            );
+        }
+    }
+}

@@ -50,6 +50,36 @@ impl SharedBytes {
     pub fn addr(&self) -> usize {
         self.as_ptr() as usize
     }
+
+    /// Takes mapped bytes' pages (the whole pages inside them) out of the process's resident
+    /// memory, for bytes their holder has read once and keeps in another form: the pages stay
+    /// mapped and are read from the file again if touched. Heap bytes, and platforms without
+    /// `madvise`, keep theirs. A hint: failure changes nothing.
+    pub fn release_pages(&self) {
+        #[cfg(unix)]
+        if let Repr::Mapped { map, range } = &self.0 {
+            // SAFETY: sysconf has no preconditions.
+            let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+            let Ok(page) = usize::try_from(page) else {
+                return;
+            };
+            let base = map.as_ptr() as usize;
+            let start = (base + range.start).next_multiple_of(page.max(1)) - base;
+            let end = (base + range.end) / page.max(1) * page.max(1) - base;
+            if end > start {
+                // SAFETY: a read-only map of a file that is never written while mapped (the
+                // contract of every map made here): dropped pages are read back from the file,
+                // the same bytes, so no reader of the map can tell.
+                let _ = unsafe {
+                    map.unchecked_advise_range(
+                        memmap2::UncheckedAdvice::DontNeed,
+                        start,
+                        end - start,
+                    )
+                };
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for SharedBytes {

@@ -167,6 +167,11 @@ impl TensorData {
         &self.bytes
     }
 
+    /// Releases the resident pages of mapped data ([`SharedBytes::release_pages`]).
+    pub fn release_pages(&self) {
+        self.bytes.release_pages()
+    }
+
     /// The shared bytes ([`SharedBytes::same_storage`] means the same weight).
     pub fn shared_bytes(&self) -> &SharedBytes {
         &self.bytes
