@@ -65,8 +65,9 @@ def main():
     p.add_argument("--quantized", action="store_true",
                    help="also llama.cpp Q8_0/Q4_0 (quantized by llama.cpp from the F16 GGUF) against "
                         "anemone int8/int4 bundles (symmetric, blocks of 32, from the same F16 GGUF), "
-                        "and anemone LUT-8/LUT-4 bundles (k-means palettes, 32 rows a palette) "
-                        "against the fp16 bundle")
+                        "and anemone LUT-8/LUT-4 bundles (k-means palettes, 32 rows a palette) and a "
+                        "grid int8 bundle (the source GGUF's grids kept in 8 bits) against the fp16 "
+                        "bundle")
     args = p.parse_args()
     work = pathlib.Path(args.workdir)
     binary = pathlib.Path(args.binary).resolve()
@@ -102,6 +103,13 @@ def main():
                     subprocess.run([str(binary), "convert", str(ggufs["F16"]), "--out",
                                     str(bundles[bits]), "--quantize", bits, "--block-size", "32",
                                     "--linear-mode", "symmetric"], check=True, capture_output=True)
+            # the source GGUF's own grids kept in 8 bits (a Q4_1 / Q4_K block: 16 levels)
+            bundles["grid int8"] = work / f"{src.stem}.grid-int8.bundle"
+            if not bundles["grid int8"].exists():
+                print(f"converting {bundles['grid int8'].name}", file=sys.stderr)
+                subprocess.run([str(binary), "convert", str(src), "--out", str(bundles["grid int8"]),
+                                "--quantize", "int8", "--block-size", "32"],
+                               check=True, capture_output=True)
             for bits in ("8", "4"):
                 bundles[f"lut{bits}"] = work / f"{src.stem}.lut{bits}.bundle"
                 if not bundles[f"lut{bits}"].exists():
@@ -130,6 +138,8 @@ def main():
                  lambda: anemone_run(binary, bundles["int8"], prompt, forced, args.threads, [])),
                 ("anemone executor, int4 bundle",
                  lambda: anemone_run(binary, bundles["int4"], prompt, forced, args.threads, [])),
+                ("anemone executor, grid int8 bundle",
+                 lambda: anemone_run(binary, bundles["grid int8"], prompt, forced, args.threads, [])),
                 ("anemone executor, lut8 bundle",
                  lambda: anemone_run(binary, bundles["lut8"], prompt, forced, args.threads, [])),
                 ("anemone executor, lut4 bundle",
@@ -147,7 +157,9 @@ def main():
                  "anemone reference, fp32": "llama.cpp F32",
                  "anemone executor, int8 bundle": "llama.cpp Q8_0",
                  "anemone executor, int4 bundle": "llama.cpp Q4_0",
-                 # no llama.cpp peer holds palettes: against anemone's own fp16 bundle
+                 # no llama.cpp peer holds palettes, or a source's grids in 8 bits: against
+                 # anemone's own fp16 bundle
+                 "anemone executor, grid int8 bundle": "anemone executor, fp16 bundle",
                  "anemone executor, lut8 bundle": "anemone executor, fp16 bundle",
                  "anemone executor, lut4 bundle": "anemone executor, fp16 bundle"}
         weight_bytes = {f"anemone executor, {kind} bundle": bundle_weight_bytes(bundle)
@@ -169,7 +181,7 @@ def main():
     print(f"\n{args.threads} threads, {args.prompt_tokens}-token prompt, {args.new_tokens} tokens "
           f"teacher-forced along llama.cpp F32's greedy path, best of {args.repeats} interleaved "
           f"rounds; load average {load_before[0]:.1f} before, {load_after[0]:.1f} after\n")
-    print("| model | engine | prefill tok/s | decode tok/s | peak RSS MiB (weights MiB) | RSS / (weights + KV) | ratio to llama.cpp at equal precision, LUT to the fp16 bundle (prefill / decode) |")
+    print("| model | engine | prefill tok/s | decode tok/s | peak RSS MiB (weights MiB) | RSS / (weights + KV) | ratio to llama.cpp at equal precision, LUT and grid int8 to the fp16 bundle (prefill / decode) |")
     print("|---|---|---:|---:|---:|---:|---|")
     for r in rows:
         mem, per_byte = "", ""

@@ -30,8 +30,15 @@ pub fn form(bytes: &[u8], bits: usize, first: usize, palette: &[f16], out: &mut 
     #[cfg(target_arch = "x86_64")]
     let done = if avx512::available() && (first * bits).is_multiple_of(8) && out.len() >= 64 {
         // SAFETY: the features were detected; the run starts on a byte and its indices lie
-        // inside `bytes` (the caller's contract), the palette has 2^bits entries.
-        unsafe { avx512::form(bytes, bits, first, palette, out) }
+        // inside `bytes` (the caller's contract), the palette has 2^bits entries, at most
+        // 64 · GROUPS.
+        unsafe {
+            match bits {
+                ..=6 => avx512::form_steps::<1>(bytes, bits, first, palette, out),
+                7 => avx512::form_steps::<2>(bytes, bits, first, palette, out),
+                _ => avx512::form_steps::<4>(bytes, bits, first, palette, out),
+            }
+        }
     } else {
         0
     };
@@ -121,24 +128,19 @@ mod avx512 {
     /// entries; for `bits`-wide indices, `SPREAD[bits]` puts the `bits` bytes of elements
     /// `8 g .. 8 g + 8` in qword `g`, and `SHIFTS[bits]` has byte `j` of each qword start at
     /// bit `j · bits`.
-    const EVEN: [u8; 64] = bytes_from(2, 0, 0);
+    const EVEN: [u8; 64] = every_other(0);
+    const ODD: [u8; 64] = every_other(1);
     /// Byte `2 e + h` of `WORDS[w]`: byte `32 w + e` of the low (`h = 0`) or high plane.
     const WORDS: [[u8; 64]; 2] = [interleave(0), interleave(32)];
-    const ODD: [u8; 64] = bytes_from(2, 1, 0);
-    const SPREAD: [[u8; 64]; 9] = per_width(true);
-    const SHIFTS: [[u8; 64]; 9] = per_width(false);
+    const SPREAD: [[u8; 64]; 9] = spreads();
+    const SHIFTS: [[u8; 64]; 9] = shifts();
 
-    /// `[scale · b + add]`, or with `bits > 0` the `SPREAD` bytes of that width.
-    const fn bytes_from(scale: usize, add: usize, bits: usize) -> [u8; 64] {
+    /// `[2 b + from]`: bytes `from, from + 2, …`.
+    const fn every_other(from: usize) -> [u8; 64] {
         let mut out = [0u8; 64];
         let mut b = 0;
         while b < 64 {
-            out[b] = if bits == 0 {
-                (scale * b + add) as u8
-            } else {
-                let j = if b % 8 < bits { b % 8 } else { bits - 1 };
-                ((b / 8) * bits + j) as u8
-            };
+            out[b] = (2 * b + from) as u8;
             b += 1;
         }
         out
@@ -154,21 +156,33 @@ mod avx512 {
         out
     }
 
-    const fn per_width(spread: bool) -> [[u8; 64]; 9] {
+    /// For each width `bits`: byte `j < bits` of qword `g` is byte `g · bits + j` of the step
+    /// (the rest repeat its last byte).
+    const fn spreads() -> [[u8; 64]; 9] {
         let mut out = [[0u8; 64]; 9];
         let mut bits = 1;
         while bits <= 8 {
-            out[bits] = if spread {
-                bytes_from(0, 0, bits)
-            } else {
-                let mut shifts = [0u8; 64];
-                let mut b = 0;
-                while b < 64 {
-                    shifts[b] = ((b % 8) * bits) as u8;
-                    b += 1;
-                }
-                shifts
-            };
+            let mut b = 0;
+            while b < 64 {
+                let j = if b % 8 < bits { b % 8 } else { bits - 1 };
+                out[bits][b] = ((b / 8) * bits + j) as u8;
+                b += 1;
+            }
+            bits += 1;
+        }
+        out
+    }
+
+    /// For each width `bits`: byte `j` of every qword is `j · bits` (where index `j` starts).
+    const fn shifts() -> [[u8; 64]; 9] {
+        let mut out = [[0u8; 64]; 9];
+        let mut bits = 1;
+        while bits <= 8 {
+            let mut b = 0;
+            while b < 64 {
+                out[bits][b] = ((b % 8) * bits) as u8;
+                b += 1;
+            }
             bits += 1;
         }
         out
@@ -181,33 +195,14 @@ mod avx512 {
         unsafe { _mm512_loadu_si512(bytes.as_ptr() as *const __m512i) }
     }
 
-    /// Forms the whole 64-element steps of [`super::form`]; returns how many elements it
-    /// formed.
+    /// Forms the whole 64-element steps of [`super::form`] for indices below `64 · GROUPS`
+    /// ([`Planes::look_up`]); returns how many elements it formed.
     ///
     /// # Safety
     /// AVX-512F/BW/VBMI present; `first · bits` is a multiple of 8; the indices of elements
-    /// `first..first + out.len()` lie inside `bytes`; `palette.len() == 2^bits`.
+    /// `first..first + out.len()` lie inside `bytes`; `palette.len() == 2^bits ≤ 64 · GROUPS`.
     #[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
-    pub(super) unsafe fn form(
-        bytes: &[u8],
-        bits: usize,
-        first: usize,
-        palette: &[f16],
-        out: &mut [f16],
-    ) -> usize {
-        match bits {
-            ..=6 => form_steps::<1>(bytes, bits, first, palette, out),
-            7 => form_steps::<2>(bytes, bits, first, palette, out),
-            _ => form_steps::<4>(bytes, bits, first, palette, out),
-        }
-    }
-
-    /// [`form`] with indices below `64 · GROUPS` ([`Planes::look_up`]).
-    ///
-    /// # Safety
-    /// As [`form`], and `2^bits ≤ 64 · GROUPS`.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
-    unsafe fn form_steps<const GROUPS: usize>(
+    pub(super) unsafe fn form_steps<const GROUPS: usize>(
         bytes: &[u8],
         bits: usize,
         first: usize,

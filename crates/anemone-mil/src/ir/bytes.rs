@@ -167,4 +167,23 @@ mod tests {
         assert!(mapped.slice(10..1001).is_none());
         assert!(heap.slice(1001..1002).is_none());
     }
+
+    #[test]
+    fn mapped_bytes_read_the_same_after_their_pages_are_released() {
+        let content: Vec<u8> = (0..=250u8).cycle().take(200_000).collect();
+        let file = tempfile::tempfile().unwrap();
+        std::io::Write::write_all(&mut &file, &content).unwrap();
+        // SAFETY: the temporary file is private to this test and not written again.
+        let map = Arc::new(unsafe { memmap2::Mmap::map(&file) }.unwrap());
+        let mapped = SharedBytes::mapped(map);
+        let part = mapped.slice(5_000..150_003).unwrap();
+        assert_eq!(&*part, &content[5_000..150_003]);
+        part.release_pages();
+        mapped.slice(0..10).unwrap().release_pages();
+        assert_eq!(&*part, &content[5_000..150_003]);
+        assert_eq!(&*mapped, &content[..]);
+        let heap = SharedBytes::from(content.clone());
+        heap.release_pages();
+        assert_eq!(&*heap, &content[..]);
+    }
 }
