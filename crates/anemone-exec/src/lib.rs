@@ -33,7 +33,9 @@
 //!   and `constexpr_lut_to_dense` projection weights, kept compressed: rows are formed as the
 //!   fp16 values [`decompress`] would produce (`packed.rs`), on CPUs with AVX-512 by fused
 //!   kernels ([`kernels::quant`]) that form them in registers and sum in the order of the fp16
-//!   dot; wide steps expand them into a reused f32 buffer. Other constants are held as f32;
+//!   dot (8-bit data whose blocks hold 16 codes of one progression re-held as 4-bit codes,
+//!   every code's value checked the same bits at load: `narrow.rs`); wide steps expand them
+//!   into a reused f32 buffer. Other constants are held as f32;
 //! - a prefill window's per-head attention runs over the filled KV slots only when the skipped
 //!   ones provably contribute exact zeros ([`kernels::attention`]): the same values as over all;
 //! - a decode step's per-head attention runs as one kernel per head ([`kernels::attend_one`]):
