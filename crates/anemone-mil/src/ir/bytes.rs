@@ -145,14 +145,18 @@ impl From<&[u8]> for SharedBytes {
 mod tests {
     use super::*;
 
+    /// `content` written to a temporary file, mapped.
+    fn mapped_copy(content: &[u8]) -> SharedBytes {
+        let file = tempfile::tempfile().unwrap();
+        std::io::Write::write_all(&mut &file, content).unwrap();
+        // SAFETY: the temporary file is private to this test and not written again.
+        SharedBytes::mapped(Arc::new(unsafe { memmap2::Mmap::map(&file) }.unwrap()))
+    }
+
     #[test]
     fn mapped_and_heap_bytes_slice_and_compare_alike() {
         let content: Vec<u8> = (0..=255u8).cycle().take(1000).collect();
-        let file = tempfile::tempfile().unwrap();
-        std::io::Write::write_all(&mut &file, &content).unwrap();
-        // SAFETY: the temporary file is private to this test and not written again.
-        let map = Arc::new(unsafe { memmap2::Mmap::map(&file) }.unwrap());
-        let mapped = SharedBytes::mapped(map);
+        let mapped = mapped_copy(&content);
         let heap = SharedBytes::from(content.clone());
         assert_eq!(mapped, heap);
         let (m, h) = (
@@ -171,11 +175,7 @@ mod tests {
     #[test]
     fn mapped_bytes_read_the_same_after_their_pages_are_released() {
         let content: Vec<u8> = (0..=250u8).cycle().take(200_000).collect();
-        let file = tempfile::tempfile().unwrap();
-        std::io::Write::write_all(&mut &file, &content).unwrap();
-        // SAFETY: the temporary file is private to this test and not written again.
-        let map = Arc::new(unsafe { memmap2::Mmap::map(&file) }.unwrap());
-        let mapped = SharedBytes::mapped(map);
+        let mapped = mapped_copy(&content);
         let part = mapped.slice(5_000..150_003).unwrap();
         assert_eq!(&*part, &content[5_000..150_003]);
         part.release_pages();
