@@ -18,6 +18,7 @@
 use anemone_mil::{DType, TensorData};
 use half::f16;
 
+use crate::decompress::shift_scale_element;
 use crate::packed::{Blocks, OffsetValues};
 
 /// A narrowed weight: 4-bit codes (`U4`, the 8-bit weight's shape), one f32 offset and one
@@ -65,7 +66,7 @@ pub(crate) fn narrow(
         return None;
     }
     let code = |b: u8| if signed { b as i8 as i32 } else { b as i32 };
-    let spans = spans(data.bytes(), cols, blocks, code)?;
+    let spans = spans(data.bytes(), cols, blocks, &code)?;
     let scales = scale.to_f32_vec();
     let forms = (spans.iter().enumerate())
         .map(|(g, &span)| {
@@ -77,8 +78,8 @@ pub(crate) fn narrow(
             held_as(span, s, o)
         })
         .collect::<Option<Vec<Form>>>()?;
-    let narrowed =
-        TensorData::from_bytes(DType::U4, data.shape(), pack(data, blocks, &forms)).ok()?;
+    let codes = pack(data.bytes(), cols, blocks, &forms, code);
+    let narrowed = TensorData::from_bytes(DType::U4, data.shape(), codes).ok()?;
     let new_scales: Vec<f16> = forms.iter().map(|f| f.scale).collect();
     let scales = TensorData::from_f16(scale.shape(), &new_scales).ok()?;
     // the 8-bit codes were read once, here; the weight is held as `narrowed` from now on
@@ -98,7 +99,7 @@ fn spans(
     bytes: &[u8],
     cols: usize,
     blocks: &Blocks,
-    code: impl Fn(u8) -> i32,
+    code: &impl Fn(u8) -> i32,
 ) -> Option<Vec<Span>> {
     let per = blocks.cols_per;
     let rows = bytes.len() / cols;
@@ -172,34 +173,34 @@ fn form_if_same(span: Span, base: i32, step: i32, s: f16, o: Option<f16>) -> Opt
         scale,
         offset,
     };
+    // each value as `decompress` forms it in fp16 arithmetic (`r16(r16(v − o) · s)`, the f32
+    // offset rounded after the subtraction too, as the 4-bit kernels take it)
+    let element =
+        |v: i32, s: f16, o: Option<f32>| shift_scale_element(v as f32, s.to_f32(), o, true, false);
     let same = (span.lo..=span.hi).step_by(step as usize).all(|v| {
-        let k = (v - base) / step;
-        let old = formed(v as f32, o.map(f16::to_f32), s);
-        let new = formed(k as f32, Some(offset), scale);
+        let old = element(v, s, o.map(f16::to_f32));
+        let new = element((v - base) / step, scale, Some(offset));
         !old.is_nan() && old.to_bits() == new.to_bits()
     });
     same.then_some(form)
 }
 
-/// An element as the executor forms a shift-scale value (`packed.rs`, `HalfWeight::row`):
-/// `r16(r16(v − o) · s)`, the difference and the product taken in f32; `r16(v · s)` without an
-/// offset.
-fn formed(v: f32, o: Option<f32>, s: f16) -> f16 {
-    let shifted = o.map_or(v, |o| f16::from_f32(v - o).to_f32());
-    f16::from_f32(shifted * s.to_f32())
-}
-
-/// The 4-bit codes (two a byte, low nibble first) of `data` under each block's form.
-fn pack(data: &TensorData, blocks: &Blocks, forms: &[Form]) -> Vec<u8> {
-    let signed = data.dtype() == DType::I8;
-    let (bytes, cols, per) = (data.bytes(), data.shape()[1], blocks.cols_per);
+/// The 4-bit codes (two a byte, low nibble first) of the 8-bit codes `bytes` (rows of `cols`)
+/// under each block's form.
+fn pack(
+    bytes: &[u8],
+    cols: usize,
+    blocks: &Blocks,
+    forms: &[Form],
+    code: impl Fn(u8) -> i32,
+) -> Vec<u8> {
+    let per = blocks.cols_per;
     let mut packed = vec![0u8; bytes.len().div_ceil(2)];
     for (r, row) in bytes.chunks_exact(cols).enumerate() {
         let first = blocks.row(r);
         for (c, &b) in row.iter().enumerate() {
             let Form { base, step, .. } = forms[first + c / per];
-            let v = if signed { b as i8 as i32 } else { b as i32 };
-            let k = ((v - base) / step) as u8;
+            let k = ((code(b) - base) / step) as u8;
             let e = r * cols + c;
             packed[e / 2] |= k << (4 * (e % 2));
         }

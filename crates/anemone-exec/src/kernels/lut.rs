@@ -132,8 +132,8 @@ mod avx512 {
     const ODD: [u8; 64] = every_other(1);
     /// Byte `2 e + h` of `WORDS[w]`: byte `32 w + e` of the low (`h = 0`) or high plane.
     const WORDS: [[u8; 64]; 2] = [interleave(0), interleave(32)];
-    const SPREAD: [[u8; 64]; 9] = spreads();
-    const SHIFTS: [[u8; 64]; 9] = shifts();
+    const SPREAD: [[u8; 64]; 9] = spreads_and_shifts().0;
+    const SHIFTS: [[u8; 64]; 9] = spreads_and_shifts().1;
 
     /// `[2 b + from]`: bytes `from, from + 2, …`.
     const fn every_other(from: usize) -> [u8; 64] {
@@ -156,36 +156,23 @@ mod avx512 {
         out
     }
 
-    /// For each width `bits`: byte `j < bits` of qword `g` is byte `g · bits + j` of the step
-    /// (the rest repeat its last byte).
-    const fn spreads() -> [[u8; 64]; 9] {
-        let mut out = [[0u8; 64]; 9];
+    /// For each width `bits`: the `SPREAD` bytes (byte `j < bits` of qword `g` is byte
+    /// `g · bits + j` of the step, the rest repeating its last byte) and the `SHIFTS` bytes
+    /// (byte `j` of every qword is `j · bits`, where index `j` starts).
+    const fn spreads_and_shifts() -> ([[u8; 64]; 9], [[u8; 64]; 9]) {
+        let (mut spread, mut shifts) = ([[0u8; 64]; 9], [[0u8; 64]; 9]);
         let mut bits = 1;
         while bits <= 8 {
             let mut b = 0;
             while b < 64 {
                 let j = if b % 8 < bits { b % 8 } else { bits - 1 };
-                out[bits][b] = ((b / 8) * bits + j) as u8;
+                spread[bits][b] = ((b / 8) * bits + j) as u8;
+                shifts[bits][b] = ((b % 8) * bits) as u8;
                 b += 1;
             }
             bits += 1;
         }
-        out
-    }
-
-    /// For each width `bits`: byte `j` of every qword is `j · bits` (where index `j` starts).
-    const fn shifts() -> [[u8; 64]; 9] {
-        let mut out = [[0u8; 64]; 9];
-        let mut bits = 1;
-        while bits <= 8 {
-            let mut b = 0;
-            while b < 64 {
-                out[bits][b] = ((b % 8) * bits) as u8;
-                b += 1;
-            }
-            bits += 1;
-        }
-        out
+        (spread, shifts)
     }
 
     #[inline]
