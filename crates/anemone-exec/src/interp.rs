@@ -520,19 +520,19 @@ fn run_step(fr: &mut Frame, step: &Step) -> Result<Vec<Tensor>, String> {
             let single_token =
                 xt.numel() == xt.shape[1] && params.strides == [1, 1] && params.pad == [0, 0, 0, 0];
             let mut data = vec![0.0f32; ty.numel()];
-            match (fr.f.half_weights.get(weight), fr.get(*weight)) {
+            match (fr.f.half_weights.get(weight), fr.weight(*weight)) {
                 (Some(w16), _) if single_token => {
                     w16.matvec(&mut data, &xt.data, fr.acc)?;
                     if let Some(b) = bt {
                         data.iter_mut().zip(&b.data).for_each(|(v, b)| *v += b);
                     }
                 }
-                (_, Ok(wt)) => linalg::conv2d(
+                (_, Ok((w, w_shape))) => linalg::conv2d(
                     &mut data,
                     &xt.data,
                     &xt.shape,
-                    &wt.data,
-                    &wt.shape,
+                    w,
+                    w_shape,
                     bt.map(|b| b.data.as_slice()),
                     params,
                     &ty.shape,
@@ -587,9 +587,9 @@ fn run_step(fr: &mut Frame, step: &Step) -> Result<Vec<Tensor>, String> {
             let ty = out_ty.ok_or("linear declares no output")?;
             let xt = fr.get(*x)?;
             let half = fr.f.half_weights.get(weight);
-            let (out_f, in_f) = match (half, fr.get(*weight)) {
+            let (out_f, in_f) = match (half, fr.weight(*weight)) {
                 (Some(w16), _) => (w16.shape[0], w16.shape[1]),
-                (None, Ok(wt)) => (wt.shape[0], wt.shape[1]),
+                (None, Ok((_, w_shape))) => (w_shape[0], w_shape[1]),
                 (None, Err(e)) => return Err(e),
             };
             let rows = xt.numel() / in_f.max(1);
@@ -603,9 +603,9 @@ fn run_step(fr: &mut Frame, step: &Step) -> Result<Vec<Tensor>, String> {
                     Accumulation::Fp16Blocks => fp16acc::matmul_into(data, xm, wm),
                 }
             };
-            match (half, fr.get(*weight)) {
+            match (half, fr.weight(*weight)) {
                 (Some(w16), _) if rows == 1 => w16.matvec(&mut data, &xt.data, acc)?,
-                (_, Ok(wt)) => gemm(&mut data, &wt.data)?,
+                (_, Ok((w, _))) => gemm(&mut data, w)?,
                 (Some(w16), Err(_)) => w16.with_widened(|w| gemm(&mut data, w))?,
                 (None, Err(e)) => return Err(e),
             }

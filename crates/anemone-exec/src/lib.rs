@@ -35,7 +35,9 @@
 //!   kernels ([`kernels::quant`]) that form them in registers and sum in the order of the fp16
 //!   dot (8-bit data whose blocks hold 16 codes of one progression re-held as 4-bit codes,
 //!   every code's value checked the same bits at load: `narrow.rs`); wide steps expand them
-//!   into a reused f32 buffer. Other constants are held as f32;
+//!   into a reused f32 buffer. f32 projection weights are read in place from the package's
+//!   bytes (`f32_weight.rs`: the decoded constant's values, no copy). Other constants are held
+//!   as f32;
 //! - a prefill window's per-head attention runs over the filled KV slots only when the skipped
 //!   ones provably contribute exact zeros ([`kernels::attention`]): the same values as over all;
 //! - a decode step's per-head attention runs as one kernel per head ([`kernels::attend_one`]):
@@ -65,6 +67,7 @@
 mod backend;
 pub mod decompress;
 mod error;
+mod f32_weight;
 mod interp;
 pub mod kernels;
 mod narrow;

@@ -11,6 +11,7 @@ use half::f16;
 
 use crate::decompress::{blockwise_shift_scale, const_tensor, lut_to_dense};
 use crate::error::{ExecError, Result};
+use crate::f32_weight::F32Weight;
 use crate::packed::HalfWeight;
 pub use crate::state::State;
 
@@ -78,6 +79,9 @@ pub(crate) struct PreparedFunction {
     /// [`crate::kernels::quant`]), wider steps expand them exactly into a reused f32 buffer.
     /// Either way the sums equal those over the expanded f32 values.
     pub half_weights: HashMap<Var, Arc<HalfWeight>>,
+    /// f32 projection weights read in place from the package's bytes ([`crate::f32_weight`]):
+    /// not decoded into `constants`; steps read them as they would read those.
+    pub f32_weights: HashMap<Var, Arc<F32Weight>>,
     pub steps: Vec<Step>,
     /// Whether `steps[i..]` opens one head's six attention ops (`interp::attend::matches`).
     pub head_starts: Vec<bool>,
@@ -360,9 +364,16 @@ fn prepare(path: &Path, f: &Function, caches: &mut Caches) -> Result<PreparedFun
     }
     let projection_only = projection_only(f, &steps);
     let mut half_weights = HashMap::new();
+    let mut f32_weights = HashMap::new();
     for operation in const_ops {
         if let [v] = operation.outputs[..] {
             if projection_only[v.index()] {
+                if let Op::Const { value } = &operation.op {
+                    if let Some(w) = F32Weight::of(value) {
+                        f32_weights.insert(v, Arc::new(w));
+                        continue;
+                    }
+                }
                 if let Some(h) = packed_weight(&operation.op, &mut caches.packed) {
                     half_weights.insert(v, h);
                     continue;
@@ -414,6 +425,7 @@ fn prepare(path: &Path, f: &Function, caches: &mut Caches) -> Result<PreparedFun
         value_names: f.values().iter().map(|v| v.name.clone()).collect(),
         constants,
         half_weights,
+        f32_weights,
         steps,
         head_starts,
         without_pool,

@@ -61,6 +61,7 @@
 mod blob;
 mod builder;
 mod error;
+pub mod huge_pages;
 mod ir;
 mod package;
 mod print;

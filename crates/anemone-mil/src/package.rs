@@ -212,13 +212,21 @@ pub fn read_package_interface(path: &Path) -> Result<Vec<crate::FunctionInterfac
     crate::read_model_interface(&model_path.display().to_string(), &model)
 }
 
-/// A weight file mapped read-only: its tensors are read in place (no copy). The map is populated
-/// when it is made (every weight of a package is used; faulting pages in on first use would move
-/// the load's cost into the first prediction). An empty file (which cannot be mapped) is read.
+/// A weight file's bytes for reading in place: on Linux a copy in huge pages
+/// ([`crate::huge_pages`]), elsewhere (or where that cannot be had) the file mapped read-only,
+/// no copy. Either way every page is resident when this returns (every weight of a package is
+/// used; faulting pages in on first use would move the load's cost into the first prediction).
+/// An empty file (which cannot be mapped) is read.
 fn map_weights(path: &Path) -> Result<crate::SharedBytes> {
     let file = fs::File::open(path).map_err(io_err(path))?;
-    if file.metadata().map_err(io_err(path))?.len() == 0 {
+    let len = file.metadata().map_err(io_err(path))?.len();
+    if len == 0 {
         return Ok(Vec::new().into());
+    }
+    if let Ok(len) = usize::try_from(len) {
+        if let Some(bytes) = crate::huge_pages::read_file(&file, len).map_err(io_err(path))? {
+            return Ok(bytes);
+        }
     }
     // SAFETY: packages are never written in place — a writer stages a new package and renames
     // it over the old one (`staging`), which leaves a mapped file's inode unchanged.

@@ -21,6 +21,16 @@ impl Frame<'_, '_> {
         }
     }
 
+    /// A weight's f32 values and shape: read in place ([`crate::f32_weight`]) or a constant's.
+    pub(super) fn weight(&self, v: Var) -> Result<(&[f32], &[usize]), String> {
+        match self.f.f32_weights.get(&v) {
+            Some(w) => Ok((w.values(), &w.shape)),
+            None => self
+                .tensor(v)
+                .map(|t| (t.data.as_slice(), t.shape.as_slice())),
+        }
+    }
+
     pub(super) fn held_state(&self, name: &str) -> Result<&StateTensor, String> {
         self.state
             .held(name)

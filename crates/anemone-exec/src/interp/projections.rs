@@ -71,13 +71,13 @@ fn single<'b>(fr: &'b Frame, step: &Step) -> Option<Single<'b>> {
         }
         (None, Op::Conv { .. }) if xt.shape.len() == 4 && xt.numel() == xt.shape[1] => {
             let k = xt.shape[1];
-            let wt = fr.tensor(weight).ok()?;
-            let pointwise = wt.shape.len() == 4 && wt.shape[1] == k && wt.shape[2..] == [1, 1];
+            let (w, w_shape) = fr.weight(weight).ok()?;
+            let pointwise = w_shape.len() == 4 && w_shape[1] == k && w_shape[2..] == [1, 1];
             if !pointwise {
                 return None;
             }
             (
-                Weights::Rows(RowWeights::F32(MatRef::row_major(&wt.data, wt.shape[0], k))),
+                Weights::Rows(RowWeights::F32(MatRef::row_major(w, w_shape[0], k))),
                 k,
             )
         }

@@ -21,8 +21,10 @@ const HEAD_BLOCK_BYTES: usize = 256 << 10;
 use super::PipelineError;
 
 /// Values of one host tensor: read in place from the mapped `host.safetensors` (only the pages
-/// a step touches become resident: an untied embedding costs the rows looked up, not the table),
-/// or copied out of it when the file's bytes cannot be read in place (misaligned, big-endian).
+/// a step touches become resident: an untied embedding costs the rows looked up, not the table)
+/// or from a copy of its bytes in huge pages (the LM head, read whole every step:
+/// [`HostTensor::streamed`]), or copied out of the file when its bytes cannot be read in place
+/// (misaligned, big-endian).
 enum Values<T> {
     Mapped {
         map: Arc<Mmap>,
@@ -129,6 +131,29 @@ impl HostTensor {
         }
     }
 
+    /// The tensor read from a copy in huge pages ([`anemone_mil::huge_pages`]) when one can be
+    /// had, else as it is (with the OS asked to read it in ahead): for a tensor every step reads
+    /// whole, as the LM head.
+    fn streamed(self) -> Self {
+        fn copy<T>(v: Values<T>) -> Result<Values<T>, Values<T>> {
+            let Values::Mapped { map, range } = &v else {
+                return Err(v);
+            };
+            match anemone_mil::huge_pages::copy_of(&map[range.clone()]) {
+                Some((map, range)) => Ok(Values::Mapped { map, range }),
+                None => Err(v),
+            }
+        }
+        let copied = match self {
+            HostTensor::F32(v) => copy(v).map(HostTensor::F32).map_err(HostTensor::F32),
+            HostTensor::F16(v) => copy(v).map(HostTensor::F16).map_err(HostTensor::F16),
+        };
+        copied.unwrap_or_else(|kept| {
+            kept.prefetch();
+            kept
+        })
+    }
+
     fn to_f32_vec(&self) -> Vec<f32> {
         match self {
             HostTensor::F32(v) => v.as_slice().to_vec(),
@@ -173,15 +198,15 @@ impl HostWeights {
         let (h, vocab) = (c.hidden_size, c.vocab_size);
         let head_on_host = manifest.lm_head.is_none();
         let load = |name: &str, shape: &[usize]| read_tensor(&path, &file, &bytes, name, shape);
-        let embed = load(EMBED, &[vocab, h])?;
+        let mut embed = load(EMBED, &[vocab, h])?;
         let final_norm = load(FINAL_NORM, &[h])?.to_f32_vec();
         let lm_head = if head_on_host && !c.tie_word_embeddings {
-            Some(load(LM_HEAD, &[vocab, h])?)
+            Some(load(LM_HEAD, &[vocab, h])?.streamed())
         } else {
             None
         };
-        if head_on_host {
-            lm_head.as_ref().unwrap_or(&embed).prefetch();
+        if head_on_host && lm_head.is_none() {
+            embed = embed.streamed();
         }
         Ok(HostWeights {
             hidden: h,
