@@ -30,21 +30,28 @@ fn aligned_map(len: usize) -> Option<(memmap2::MmapMut, Range<usize>)> {
     }
     let span = len.checked_add(HUGE_PAGE)?;
     let map = memmap2::MmapMut::map_anon(span).ok()?;
-    #[cfg(target_os = "linux")]
-    let _ = map.advise(memmap2::Advice::HugePage);
     let base = map.as_ptr() as usize;
     let start = base.next_multiple_of(HUGE_PAGE) - base;
+    // whole huge pages only: a tail in one would make up to 2 MiB of zeros resident
+    let whole = len / HUGE_PAGE * HUGE_PAGE;
+    #[cfg(target_os = "linux")]
+    if whole > 0 {
+        let _ = map.advise_range(memmap2::Advice::HugePage, start, whole);
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = whole;
     Some((map, start..start + len))
 }
 
 /// Bytes of a read below which one thread reads it all.
 const SPLIT_READ: usize = 16 << 20;
 
-/// The first `len` bytes of `file` in huge pages (see the module docs); `Ok(None)` where none
-/// can be had, having read nothing. A large file is read by a few threads side by side, each
+/// Bytes `offset..offset + len` of `file` in huge pages (see the module docs); `Ok(None)` where
+/// none can be had, having read nothing. The file's pages are read, not mapped, so they never
+/// count as the process's resident memory. A large file is read by a few threads side by side, each
 /// a part: most of the cost is the kernel clearing the fresh pages, which a single reader pays
 /// one page at a time.
-pub fn read_file(file: &File, len: usize) -> std::io::Result<Option<SharedBytes>> {
+pub fn read_file(file: &File, offset: u64, len: usize) -> std::io::Result<Option<SharedBytes>> {
     let Some((mut map, range)) = aligned_map(len) else {
         return Ok(None);
     };
@@ -57,7 +64,7 @@ pub fn read_file(file: &File, len: usize) -> std::io::Result<Option<SharedBytes>
         let parts: Vec<_> = map[range.clone()]
             .chunks_mut(part)
             .enumerate()
-            .map(|(i, dst)| scope.spawn(move || read_at(file, dst, (i * part) as u64)))
+            .map(|(i, dst)| scope.spawn(move || read_at(file, dst, offset + (i * part) as u64)))
             .collect();
         parts
             .into_iter()
@@ -82,14 +89,6 @@ fn read_at(file: &File, dst: &mut [u8], offset: u64) -> std::io::Result<()> {
     }
 }
 
-/// A copy of `bytes` in huge pages (see the module docs): the map and the copy's range in it;
-/// `None` where none can be had.
-pub fn copy_of(bytes: &[u8]) -> Option<(Arc<memmap2::Mmap>, Range<usize>)> {
-    let (mut map, range) = aligned_map(bytes.len())?;
-    map[range.clone()].copy_from_slice(bytes);
-    Some((Arc::new(map.make_read_only().ok()?), range))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -102,21 +101,20 @@ mod tests {
         let path = std::env::temp_dir().join(format!("anemone-huge-{}.bin", std::process::id()));
         std::fs::write(&path, &bytes).unwrap();
         let file = File::open(&path).unwrap();
-        let read = read_file(&file, bytes.len()).unwrap();
+        let read = read_file(&file, 0, bytes.len()).unwrap();
+        let part = read_file(&file, 4097, bytes.len() - 4097 - 5).unwrap();
         std::fs::remove_file(&path).unwrap();
-        let copied = copy_of(&bytes);
         if cfg!(target_os = "linux") {
             let read = read.expect("an anonymous map on Linux");
             assert_eq!(&read[..], &bytes[..]);
             assert_eq!(read.addr() % HUGE_PAGE, 0);
-            let (map, range) = copied.expect("an anonymous map on Linux");
-            assert_eq!(&map[range.clone()], &bytes[..]);
-            assert_eq!((map.as_ptr() as usize + range.start) % HUGE_PAGE, 0);
+            let part = part.expect("an anonymous map on Linux");
+            assert_eq!(&part[..], &bytes[4097..bytes.len() - 5]);
             // anonymous pages are never released (they would read back as zeros)
             read.release_pages();
             assert_eq!(&read[..], &bytes[..]);
         } else {
-            assert!(read.is_none() && copied.is_none());
+            assert!(read.is_none() && part.is_none());
         }
     }
 }

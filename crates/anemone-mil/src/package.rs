@@ -224,7 +224,7 @@ fn map_weights(path: &Path) -> Result<crate::SharedBytes> {
         return Ok(Vec::new().into());
     }
     if let Ok(len) = usize::try_from(len) {
-        if let Some(bytes) = crate::huge_pages::read_file(&file, len).map_err(io_err(path))? {
+        if let Some(bytes) = crate::huge_pages::read_file(&file, 0, len).map_err(io_err(path))? {
             return Ok(bytes);
         }
     }

@@ -30,6 +30,8 @@ enum Values<T> {
         map: Arc<Mmap>,
         range: std::ops::Range<usize>,
     },
+    /// The range's bytes read into huge pages (as aligned as the map's: a huge-page boundary).
+    Copied(anemone_mil::SharedBytes),
     Owned(Vec<T>),
 }
 
@@ -83,6 +85,7 @@ impl<T: Plain> Values<T> {
         match self {
             // the range was checked to read in place when the value was made
             Values::Mapped { map, range } => in_place(&map[range.clone()]).unwrap_or(&[]),
+            Values::Copied(bytes) => in_place(bytes).unwrap_or(&[]),
             Values::Owned(v) => v,
         }
     }
@@ -123,7 +126,8 @@ impl HostTensor {
         let mapped = match self {
             HostTensor::F32(Values::Mapped { map, range }) => Some((map, range)),
             HostTensor::F16(Values::Mapped { map, range }) => Some((map, range)),
-            HostTensor::F32(Values::Owned(_)) | HostTensor::F16(Values::Owned(_)) => None,
+            HostTensor::F32(Values::Owned(_) | Values::Copied(_))
+            | HostTensor::F16(Values::Owned(_) | Values::Copied(_)) => None,
         };
         if let Some((map, range)) = mapped {
             // advice only: a refusal costs page faults on first use, nothing else
@@ -131,22 +135,22 @@ impl HostTensor {
         }
     }
 
-    /// The tensor read from a copy in huge pages ([`anemone_mil::huge_pages`]) when one can be
-    /// had, else as it is (with the OS asked to read it in ahead): for a tensor every step reads
-    /// whole, as the LM head.
-    fn streamed(self) -> Self {
-        fn copy<T>(v: Values<T>) -> Result<Values<T>, Values<T>> {
-            let Values::Mapped { map, range } = &v else {
+    /// The tensor read from a copy in huge pages ([`anemone_mil::huge_pages`], read from
+    /// `file`, not through the map) when one can be had, else as it is, with the OS asked to
+    /// read it in ahead: for a tensor every step reads whole, as the LM head.
+    fn streamed(self, file: &std::fs::File) -> Self {
+        fn copy<T>(v: Values<T>, file: &std::fs::File) -> Result<Values<T>, Values<T>> {
+            let Values::Mapped { range, .. } = &v else {
                 return Err(v);
             };
-            match anemone_mil::huge_pages::copy_of(&map[range.clone()]) {
-                Some((map, range)) => Ok(Values::Mapped { map, range }),
-                None => Err(v),
+            match anemone_mil::huge_pages::read_file(file, range.start as u64, range.len()) {
+                Ok(Some(bytes)) => Ok(Values::Copied(bytes)),
+                Ok(None) | Err(_) => Err(v),
             }
         }
         let copied = match self {
-            HostTensor::F32(v) => copy(v).map(HostTensor::F32).map_err(HostTensor::F32),
-            HostTensor::F16(v) => copy(v).map(HostTensor::F16).map_err(HostTensor::F16),
+            HostTensor::F32(v) => copy(v, file).map(HostTensor::F32).map_err(HostTensor::F32),
+            HostTensor::F16(v) => copy(v, file).map(HostTensor::F16).map_err(HostTensor::F16),
         };
         copied.unwrap_or_else(|kept| {
             kept.prefetch();
@@ -184,10 +188,10 @@ impl HostWeights {
             tensor: "(file)".into(),
             problem: e.to_string(),
         };
-        let file = std::fs::File::open(&path).map_err(io)?;
+        let handle = std::fs::File::open(&path).map_err(io)?;
         // SAFETY: a bundle's files are never written in place (bundles are replaced by an atomic
         // directory exchange, which leaves a mapped file's inode as it was).
-        let bytes = Arc::new(unsafe { Mmap::map(&file) }.map_err(io)?);
+        let bytes = Arc::new(unsafe { Mmap::map(&handle) }.map_err(io)?);
         let file =
             safetensors::SafeTensors::deserialize(&bytes).map_err(|e| PipelineError::Host {
                 path: path.clone(),
@@ -201,12 +205,12 @@ impl HostWeights {
         let mut embed = load(EMBED, &[vocab, h])?;
         let final_norm = load(FINAL_NORM, &[h])?.to_f32_vec();
         let lm_head = if head_on_host && !c.tie_word_embeddings {
-            Some(load(LM_HEAD, &[vocab, h])?.streamed())
+            Some(load(LM_HEAD, &[vocab, h])?.streamed(&handle))
         } else {
             None
         };
         if head_on_host && lm_head.is_none() {
-            embed = embed.streamed();
+            embed = embed.streamed(&handle);
         }
         Ok(HostWeights {
             hidden: h,
