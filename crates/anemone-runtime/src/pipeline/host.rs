@@ -135,27 +135,20 @@ impl HostTensor {
         }
     }
 
-    /// The tensor read from a copy in huge pages ([`anemone_mil::huge_pages`], read from
-    /// `file`, not through the map) when one can be had, else as it is, with the OS asked to
-    /// read it in ahead: for a tensor every step reads whole, as the LM head.
-    fn streamed(self, file: &std::fs::File) -> Self {
-        fn copy<T>(v: Values<T>, file: &std::fs::File) -> Result<Values<T>, Values<T>> {
-            let Values::Mapped { range, .. } = &v else {
-                return Err(v);
+    /// A copy of the tensor's bytes in huge pages ([`anemone_mil::huge_pages`], read from
+    /// `file`, not through the map), or `None` when none can be had (or it is not mapped).
+    fn streamed(&self, file: &std::fs::File) -> Option<Self> {
+        fn copy<T>(v: &Values<T>, file: &std::fs::File) -> Option<Values<T>> {
+            let Values::Mapped { range, .. } = v else {
+                return None;
             };
-            match anemone_mil::huge_pages::read_file(file, range.start as u64, range.len()) {
-                Ok(Some(bytes)) => Ok(Values::Copied(bytes)),
-                Ok(None) | Err(_) => Err(v),
-            }
+            let bytes = anemone_mil::huge_pages::read_file(file, range.start as u64, range.len());
+            bytes.ok().flatten().map(Values::Copied)
         }
-        let copied = match self {
-            HostTensor::F32(v) => copy(v, file).map(HostTensor::F32).map_err(HostTensor::F32),
-            HostTensor::F16(v) => copy(v, file).map(HostTensor::F16).map_err(HostTensor::F16),
-        };
-        copied.unwrap_or_else(|kept| {
-            kept.prefetch();
-            kept
-        })
+        match self {
+            HostTensor::F32(v) => copy(v, file).map(HostTensor::F32),
+            HostTensor::F16(v) => copy(v, file).map(HostTensor::F16),
+        }
     }
 
     fn to_f32_vec(&self) -> Vec<f32> {
@@ -176,6 +169,11 @@ pub struct HostWeights {
     final_norm: Vec<f32>,
     /// `None` when the head is tied to the embedding or runs as its own package.
     lm_head: Option<HostTensor>,
+    /// The head (`lm_head` or the tied `embed`) copied into huge pages at the first
+    /// [`HostWeights::logits`] (not at load: a prefill's scratch and the whole head would then
+    /// be resident together), from `file`; `None` inside when no copy can be had.
+    streamed_head: std::sync::OnceLock<Option<HostTensor>>,
+    file: std::fs::File,
     /// The head runs on the host (else in the LM-head package, which holds its own norm).
     head_on_host: bool,
 }
@@ -202,15 +200,15 @@ impl HostWeights {
         let (h, vocab) = (c.hidden_size, c.vocab_size);
         let head_on_host = manifest.lm_head.is_none();
         let load = |name: &str, shape: &[usize]| read_tensor(&path, &file, &bytes, name, shape);
-        let mut embed = load(EMBED, &[vocab, h])?;
+        let embed = load(EMBED, &[vocab, h])?;
         let final_norm = load(FINAL_NORM, &[h])?.to_f32_vec();
         let lm_head = if head_on_host && !c.tie_word_embeddings {
-            Some(load(LM_HEAD, &[vocab, h])?.streamed(&handle))
+            Some(load(LM_HEAD, &[vocab, h])?)
         } else {
             None
         };
-        if head_on_host && lm_head.is_none() {
-            embed = embed.streamed(&handle);
+        if head_on_host {
+            lm_head.as_ref().unwrap_or(&embed).prefetch();
         }
         Ok(HostWeights {
             hidden: h,
@@ -219,6 +217,8 @@ impl HostWeights {
             embed,
             final_norm,
             lm_head,
+            streamed_head: std::sync::OnceLock::new(),
+            file: handle,
             head_on_host,
         })
     }
@@ -244,7 +244,11 @@ impl HostWeights {
             .zip(&self.final_norm)
             .map(|(v, w)| (*v as f64 * inv) as f32 * w)
             .collect();
-        let head = self.lm_head.as_ref().unwrap_or(&self.embed);
+        let mapped = self.lm_head.as_ref().unwrap_or(&self.embed);
+        let streamed = self
+            .streamed_head
+            .get_or_init(|| mapped.streamed(&self.file));
+        let head = streamed.as_ref().unwrap_or(mapped);
         let mut logits = vec![0f32; self.vocab];
         let row_bytes = h * if matches!(head, HostTensor::F16(_)) {
             2
@@ -341,10 +345,40 @@ mod tests {
 
     /// A map of `bytes` (a temporary file's).
     fn map_of(bytes: &[u8]) -> Arc<Mmap> {
+        map_and_file(bytes).0
+    }
+
+    fn map_and_file(bytes: &[u8]) -> (Arc<Mmap>, std::fs::File) {
         let file = tempfile::tempfile().unwrap();
         std::io::Write::write_all(&mut &file, bytes).unwrap();
         // SAFETY: the temporary file is private to this test and not written again.
-        Arc::new(unsafe { Mmap::map(&file) }.unwrap())
+        (Arc::new(unsafe { Mmap::map(&file) }.unwrap()), file)
+    }
+
+    #[test]
+    fn a_streamed_head_holds_the_mapped_values() {
+        let rows: Vec<f16> = (0..4096)
+            .map(|i| f16::from_f32(i as f32 * 0.25 - 300.0))
+            .collect();
+        let mut bytes = vec![7u8; 64];
+        bytes.extend(rows.iter().flat_map(|h| h.to_le_bytes()));
+        let (map, file) = map_and_file(&bytes);
+        let head = HostTensor::F16(Values::new(&map, 64..bytes.len()));
+        let x: Vec<f32> = (0..64).map(|i| 1.0 / (i as f32 + 1.0)).collect();
+        let (mut mapped, mut copied) = (vec![0f32; 64], vec![0f32; 64]);
+        head.dot_rows(0, &x, &mut mapped);
+        match head.streamed(&file) {
+            Some(streamed) => {
+                let HostTensor::F16(Values::Copied(_)) = &streamed else {
+                    panic!("a streamed head is a copy");
+                };
+                streamed.dot_rows(0, &x, &mut copied);
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&copied), bits(&mapped));
+                assert_eq!(streamed.row(63, 64), head.row(63, 64));
+            }
+            None => assert!(!cfg!(target_os = "linux"), "Linux has anonymous maps"),
+        }
     }
 
     #[test]
