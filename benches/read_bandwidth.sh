@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Read bandwidth of this machine over a buffer the size of a model's weights, in 4 KiB pages and
 # in transparent huge pages (2 MiB, `madvise(MADV_HUGEPAGE)`): what a single-token matvec, which
-# streams every weight once per token, can reach either way. The executor loads package weights
-# and the host LM head into huge pages on Linux (crates/anemone-mil/src/huge_pages.rs) because of
-# this difference; set ANEMONE_HUGE_PAGES=off to load them as before.
+# streams every weight once per token, can reach either way. With ANEMONE_HUGE_PAGES=on the
+# executor loads package weights and the host LM head into huge pages on Linux
+# (crates/anemone-mil/src/huge_pages.rs) because of this difference.
 #
 #   benches/read_bandwidth.sh [MiB (default 540)] [threads (default 2)]
 #

@@ -1,13 +1,15 @@
 //! Read-only copies of weight bytes in memory the kernel is asked to back with transparent huge
-//! pages (Linux). A single-token matvec streams every weight once per token; with 4 KiB pages it
-//! misses the TLB on every page (under virtualisation each miss is a two-level walk), which on
-//! the project's benchmark host halves the read bandwidth (`benches/read_bandwidth.sh`). A copy
-//! starts at a huge-page boundary of an anonymous map advised `MADV_HUGEPAGE`; the advice is a
-//! hint (a kernel without transparent huge pages gives 4 KiB pages: the same bytes, read the
-//! same way). The price is at load: the kernel clears every fresh page (on a VM whose host
-//! faults them in cold, up to ≈ 1 s a GB). `ANEMONE_HUGE_PAGES=off` in the environment turns
-//! the copies off; elsewhere than Linux nothing is copied. Without a copy the callers keep
-//! their file maps.
+//! pages (Linux), when `ANEMONE_HUGE_PAGES=on` is in the environment. A single-token matvec
+//! streams every weight once per token; with 4 KiB pages it misses the TLB on every page (under
+//! virtualisation each miss is a two-level walk), which on the project's benchmark host costs a
+//! quarter to half of the read bandwidth (`benches/read_bandwidth.sh`) and 15–25% of an fp16
+//! bundle's decode speed. It is not the default: the kernel clears every fresh page at load (on
+//! a VM whose host faults them in cold, up to ≈ 1 s a GB), and the benchmark's peak resident
+//! memory of small compressed bundles rose by ≈ 20 MiB (README, session 21). A copy starts at a
+//! huge-page boundary of an anonymous map advised `MADV_HUGEPAGE` for its whole huge pages; the
+//! advice is a hint (a kernel without transparent huge pages gives 4 KiB pages: the same bytes,
+//! read the same way). Without a copy (the default, or another OS) the callers keep their file
+//! maps.
 
 use std::fs::File;
 use std::ops::Range;
@@ -18,14 +20,16 @@ use crate::SharedBytes;
 /// Transparent huge pages' size on x86-64 and arm64 Linux with 4 KiB base pages.
 pub const HUGE_PAGE: usize = 2 << 20;
 
+/// Whether copies are asked for: `ANEMONE_HUGE_PAGES=on` (or `1`).
+pub fn enabled() -> bool {
+    std::env::var("ANEMONE_HUGE_PAGES").is_ok_and(|v| v == "on" || v == "1")
+}
+
 /// A writable anonymous map advised for huge pages and the huge-page-aligned range of `len`
-/// bytes in it; `None` where there is no such map (another OS, `ANEMONE_HUGE_PAGES=off`, an
-/// address space too small, a refused map).
+/// bytes in it; `None` where there is no such map (another OS, an address space too small, a
+/// refused map).
 fn aligned_map(len: usize) -> Option<(memmap2::MmapMut, Range<usize>)> {
-    if !cfg!(target_os = "linux")
-        || len == 0
-        || std::env::var_os("ANEMONE_HUGE_PAGES").is_some_and(|v| v == "off")
-    {
+    if !cfg!(target_os = "linux") || len == 0 {
         return None;
     }
     let span = len.checked_add(HUGE_PAGE)?;
@@ -46,12 +50,20 @@ fn aligned_map(len: usize) -> Option<(memmap2::MmapMut, Range<usize>)> {
 /// Bytes of a read below which one thread reads it all.
 const SPLIT_READ: usize = 16 << 20;
 
-/// Bytes `offset..offset + len` of `file` in huge pages (see the module docs); `Ok(None)` where
-/// none can be had, having read nothing. The file's pages are read, not mapped, so they never
-/// count as the process's resident memory. A large file is read by a few threads side by side, each
-/// a part: most of the cost is the kernel clearing the fresh pages, which a single reader pays
-/// one page at a time.
+/// Bytes `offset..offset + len` of `file` in huge pages when they are asked for ([`enabled`],
+/// see the module docs); `Ok(None)` where none are asked for or can be had, having read
+/// nothing. The file's pages are read, not mapped, so they never count as resident memory.
 pub fn read_file(file: &File, offset: u64, len: usize) -> std::io::Result<Option<SharedBytes>> {
+    if !enabled() {
+        return Ok(None);
+    }
+    copy_file(file, offset, len)
+}
+
+/// [`read_file`] whether asked for or not. A large file is read by a few threads side by side,
+/// each a part: most of the cost is the kernel clearing the fresh pages, which a single reader
+/// pays one page at a time.
+pub fn copy_file(file: &File, offset: u64, len: usize) -> std::io::Result<Option<SharedBytes>> {
     let Some((mut map, range)) = aligned_map(len) else {
         return Ok(None);
     };
@@ -101,8 +113,8 @@ mod tests {
         let path = std::env::temp_dir().join(format!("anemone-huge-{}.bin", std::process::id()));
         std::fs::write(&path, &bytes).unwrap();
         let file = File::open(&path).unwrap();
-        let read = read_file(&file, 0, bytes.len()).unwrap();
-        let part = read_file(&file, 4097, bytes.len() - 4097 - 5).unwrap();
+        let read = copy_file(&file, 0, bytes.len()).unwrap();
+        let part = copy_file(&file, 4097, bytes.len() - 4097 - 5).unwrap();
         std::fs::remove_file(&path).unwrap();
         if cfg!(target_os = "linux") {
             let read = read.expect("an anonymous map on Linux");

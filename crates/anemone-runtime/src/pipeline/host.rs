@@ -15,6 +15,9 @@ use anemone_models::reference::{rows_serial, rows_serial_f16};
 use half::f16;
 use memmap2::Mmap;
 
+/// Reads bytes `offset..offset + len` of a file into a copy, or answers `None`.
+type ReadCopy = fn(&std::fs::File, u64, usize) -> std::io::Result<Option<anemone_mil::SharedBytes>>;
+
 /// Bytes of LM-head rows per block claimed by a thread of the team.
 const HEAD_BLOCK_BYTES: usize = 256 << 10;
 
@@ -135,19 +138,20 @@ impl HostTensor {
         }
     }
 
-    /// A copy of the tensor's bytes in huge pages ([`anemone_mil::huge_pages`], read from
-    /// `file`, not through the map), or `None` when none can be had (or it is not mapped).
-    fn streamed(&self, file: &std::fs::File) -> Option<Self> {
-        fn copy<T>(v: &Values<T>, file: &std::fs::File) -> Option<Values<T>> {
+    /// A copy of the tensor's bytes made by `copy` (from `file`, not through the map:
+    /// [`anemone_mil::huge_pages::read_file`]), or `None` when it makes none (or the tensor is
+    /// not mapped).
+    fn streamed(&self, file: &std::fs::File, copy: ReadCopy) -> Option<Self> {
+        fn copied<T>(v: &Values<T>, file: &std::fs::File, copy: ReadCopy) -> Option<Values<T>> {
             let Values::Mapped { range, .. } = v else {
                 return None;
             };
-            let bytes = anemone_mil::huge_pages::read_file(file, range.start as u64, range.len());
+            let bytes = copy(file, range.start as u64, range.len());
             bytes.ok().flatten().map(Values::Copied)
         }
         match self {
-            HostTensor::F32(v) => copy(v, file).map(HostTensor::F32),
-            HostTensor::F16(v) => copy(v, file).map(HostTensor::F16),
+            HostTensor::F32(v) => copied(v, file, copy).map(HostTensor::F32),
+            HostTensor::F16(v) => copied(v, file, copy).map(HostTensor::F16),
         }
     }
 
@@ -169,11 +173,9 @@ pub struct HostWeights {
     final_norm: Vec<f32>,
     /// `None` when the head is tied to the embedding or runs as its own package.
     lm_head: Option<HostTensor>,
-    /// The head (`lm_head` or the tied `embed`) copied into huge pages at the first
-    /// [`HostWeights::logits`] (not at load: a prefill's scratch and the whole head would then
-    /// be resident together), from `file`; `None` inside when no copy can be had.
-    streamed_head: std::sync::OnceLock<Option<HostTensor>>,
-    file: std::fs::File,
+    /// The head (`lm_head` or the tied `embed`) copied into huge pages at load when they are
+    /// asked for ([`anemone_mil::huge_pages`]); `None` otherwise (the mapped head is read).
+    streamed_head: Option<HostTensor>,
     /// The head runs on the host (else in the LM-head package, which holds its own norm).
     head_on_host: bool,
 }
@@ -207,8 +209,12 @@ impl HostWeights {
         } else {
             None
         };
-        if head_on_host {
-            lm_head.as_ref().unwrap_or(&embed).prefetch();
+        let head = lm_head.as_ref().unwrap_or(&embed);
+        let streamed_head = head_on_host
+            .then(|| head.streamed(&handle, anemone_mil::huge_pages::read_file))
+            .flatten();
+        if head_on_host && streamed_head.is_none() {
+            head.prefetch();
         }
         Ok(HostWeights {
             hidden: h,
@@ -217,8 +223,7 @@ impl HostWeights {
             embed,
             final_norm,
             lm_head,
-            streamed_head: std::sync::OnceLock::new(),
-            file: handle,
+            streamed_head,
             head_on_host,
         })
     }
@@ -245,10 +250,7 @@ impl HostWeights {
             .map(|(v, w)| (*v as f64 * inv) as f32 * w)
             .collect();
         let mapped = self.lm_head.as_ref().unwrap_or(&self.embed);
-        let streamed = self
-            .streamed_head
-            .get_or_init(|| mapped.streamed(&self.file));
-        let head = streamed.as_ref().unwrap_or(mapped);
+        let head = self.streamed_head.as_ref().unwrap_or(mapped);
         let mut logits = vec![0f32; self.vocab];
         let row_bytes = h * if matches!(head, HostTensor::F16(_)) {
             2
@@ -367,7 +369,7 @@ mod tests {
         let x: Vec<f32> = (0..64).map(|i| 1.0 / (i as f32 + 1.0)).collect();
         let (mut mapped, mut copied) = (vec![0f32; 64], vec![0f32; 64]);
         head.dot_rows(0, &x, &mut mapped);
-        match head.streamed(&file) {
+        match head.streamed(&file, anemone_mil::huge_pages::copy_file) {
             Some(streamed) => {
                 let HostTensor::F16(Values::Copied(_)) = &streamed else {
                     panic!("a streamed head is a copy");
@@ -377,7 +379,8 @@ mod tests {
                 assert_eq!(bits(&copied), bits(&mapped));
                 assert_eq!(streamed.row(63, 64), head.row(63, 64));
             }
-            None => assert!(!cfg!(target_os = "linux"), "Linux has anonymous maps"),
+            None if cfg!(target_os = "linux") => panic!("Linux has anonymous maps"),
+            None => {}
         }
     }
 
