@@ -212,9 +212,8 @@ pub fn read_package_interface(path: &Path) -> Result<Vec<crate::FunctionInterfac
     crate::read_model_interface(&model_path.display().to_string(), &model)
 }
 
-/// A weight file's bytes for reading in place: on Linux a copy in huge pages
-/// ([`crate::huge_pages`]), elsewhere (or where that cannot be had) the file mapped read-only,
-/// no copy. Either way every page is resident when this returns (every weight of a package is
+/// A weight file's bytes for reading in place: the file mapped read-only, no copy, or — when
+/// asked for (`ANEMONE_HUGE_PAGES=on`, Linux) — a copy in huge pages ([`crate::huge_pages`]). Either way every page is resident when this returns (every weight of a package is
 /// used; faulting pages in on first use would move the load's cost into the first prediction).
 /// An empty file (which cannot be mapped) is read.
 fn map_weights(path: &Path) -> Result<crate::SharedBytes> {

@@ -1,7 +1,7 @@
 //! Immutable shared bytes of constant data: a heap buffer, a range of a read-only map of a
 //! package's weight file (so a package read from disk costs no copy of its weights, and only
 //! the pages in use are resident), or a range of a read-only anonymous map holding a copy of
-//! one (on Linux, in transparent huge pages: see [`SharedBytes::anonymous`]).
+//! one (in transparent huge pages when asked for: see [`SharedBytes::anonymous`]).
 
 use std::ops::{Deref, Range};
 use std::sync::Arc;
