@@ -1,8 +1,8 @@
 //! f32 projection weights (1×1 conv, linear) read in place from the package's bytes: no
-//! decoded copy, so they stay where the package's weights were loaded (a file map, or huge
-//! pages when asked for: [`anemone_mil::huge_pages`]). The values are the decoded constant's bit for bit (the bytes
-//! are little-endian f32, read as they are), and every step reads them as it would read that
-//! constant.
+//! decoded copy, so they stay where the package's weights were loaded (a file map, in huge pages
+//! where the kernel gives them: [`anemone_mil::huge_pages`]). The values are the decoded
+//! constant's bit for bit (the bytes are little-endian f32, read as they are), and every step
+//! reads them as it would read that constant.
 
 use anemone_mil::{DType, TensorData};
 

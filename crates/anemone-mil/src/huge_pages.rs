@@ -1,132 +1,299 @@
-//! Read-only copies of weight bytes in memory the kernel is asked to back with transparent huge
-//! pages (Linux), when `ANEMONE_HUGE_PAGES=on` is in the environment. A single-token matvec
-//! streams every weight once per token; with 4 KiB pages it misses the TLB on every page (under
-//! virtualisation each miss is a two-level walk), which on the project's benchmark host costs a
-//! quarter to half of the read bandwidth (`benches/read_bandwidth.sh`) and 15–25% of an fp16
-//! bundle's decode speed. It is not the default: the kernel clears every fresh page at load (on
-//! a VM whose host faults them in cold, up to ≈ 1 s a GB), and the benchmark's peak resident
-//! memory of small compressed bundles rose by ≈ 20 MiB (README, session 21). A copy starts at a
-//! huge-page boundary of an anonymous map advised `MADV_HUGEPAGE` for its whole huge pages; the
-//! advice is a hint (a kernel without transparent huge pages gives 4 KiB pages: the same bytes,
-//! read the same way). Without a copy (the default, or another OS) the callers keep their file
-//! maps.
+//! Weight files mapped so that the kernel holds them in transparent huge pages (Linux), unless
+//! `ANEMONE_HUGE_PAGES=off` is in the environment. A single-token matvec streams every weight
+//! once per token; in 4 KiB pages it misses the TLB on every page (under virtualisation each
+//! miss is a two-level walk), which on the project's benchmark host costs 15–25% of a bundle's
+//! decode speed (`benches/read_bandwidth.sh`, README sessions 21–22).
+//!
+//! A file map is only as huge as the page cache under it: the kernel maps a 2 MiB piece of a
+//! file with one page-table entry when its cached folio is a whole huge page (file systems with
+//! large folios, as ext4 from Linux 6.16 and xfs), and it allocates such folios when a map
+//! advised `MADV_HUGEPAGE` faults the file in from disk. A file already cached in small folios
+//! (written by `convert`, copied, or read without the advice) stays small, so [`map`] looks at
+//! what it got (`FilePmdMapped` in `/proc/self/smaps`) and, if a file was resident in small
+//! folios, evicts its clean pages and maps it again: read from disk once, in huge folios for
+//! every later load and process. Nothing is copied: the pages are the page cache's, shared
+//! between processes, and count as resident memory as any file map's would. All of it is
+//! advice — a kernel or file system without huge folios gives 4 KiB pages, the same bytes read
+//! the same way — and an eviction that gave no huge pages is not tried again in this process.
+//!
+//! Anonymous memory a caller fills itself (the fp32 reference's weights) is advised with
+//! [`advise_anonymous`].
 
 use std::fs::File;
 use std::ops::Range;
-use std::sync::Arc;
-
-use crate::SharedBytes;
 
 /// Transparent huge pages' size on x86-64 and arm64 Linux with 4 KiB base pages.
 pub const HUGE_PAGE: usize = 2 << 20;
 
-/// Whether copies are asked for: `ANEMONE_HUGE_PAGES=on` (or `1`).
+/// Whether maps ask for huge pages: on Linux unless `ANEMONE_HUGE_PAGES=off` (or `0`).
 pub fn enabled() -> bool {
-    std::env::var("ANEMONE_HUGE_PAGES").is_ok_and(|v| v == "on" || v == "1")
+    cfg!(target_os = "linux")
+        && !std::env::var("ANEMONE_HUGE_PAGES").is_ok_and(|v| v == "off" || v == "0")
 }
 
-/// A writable anonymous map advised for huge pages and the huge-page-aligned range of `len`
-/// bytes in it; `None` where there is no such map (another OS, an address space too small, a
-/// refused map).
-fn aligned_map(len: usize) -> Option<(memmap2::MmapMut, Range<usize>)> {
-    if !cfg!(target_os = "linux") || len == 0 {
-        return None;
-    }
-    let span = len.checked_add(HUGE_PAGE)?;
-    let map = memmap2::MmapMut::map_anon(span).ok()?;
-    let base = map.as_ptr() as usize;
-    let start = base.next_multiple_of(HUGE_PAGE) - base;
-    // whole huge pages only: a tail in one would make up to 2 MiB of zeros resident
-    let whole = len / HUGE_PAGE * HUGE_PAGE;
+/// The first `len` bytes of `file` mapped read-only, every page resident when this returns
+/// (every weight is used; faulting pages in on first use would move the load into the first
+/// prediction), in huge pages where the kernel gives them (see the module docs).
+///
+/// # Safety
+/// The file must not be written while mapped (bundles and packages are replaced by renames,
+/// never written in place).
+pub unsafe fn map_resident(file: &File, len: usize) -> std::io::Result<memmap2::Mmap> {
+    // SAFETY: the caller's contract.
+    unsafe { make_resident(file, map(file, len)?, 0..len) }
+}
+
+/// The first `len` bytes of `file` mapped read-only, advised for huge pages ([`enabled`]),
+/// nothing read yet: pages fault in as they are touched (or [`make_resident`]).
+///
+/// # Safety
+/// As [`map_resident`].
+pub unsafe fn map(file: &File, len: usize) -> std::io::Result<memmap2::Mmap> {
+    // SAFETY: the caller's contract.
+    let map = unsafe { memmap2::MmapOptions::new().len(len).map(file) }?;
     #[cfg(target_os = "linux")]
-    if whole > 0 {
-        let _ = map.advise_range(memmap2::Advice::HugePage, start, whole);
+    if enabled() {
+        let _ = map.advise(memmap2::Advice::HugePage);
+    }
+    Ok(map)
+}
+
+/// `map` (of `file`, made by [`map`]) with bytes `range` resident, in huge pages where the
+/// kernel gives them: if they were cached in small folios, they are evicted and `file` mapped
+/// again (the returned map; see the module docs).
+///
+/// # Safety
+/// As [`map_resident`].
+pub unsafe fn make_resident(
+    file: &File,
+    map: memmap2::Mmap,
+    range: Range<usize>,
+) -> std::io::Result<memmap2::Mmap> {
+    #[cfg(target_os = "linux")]
+    {
+        let whole = linux::whole_huge_pages(&map, &range);
+        if !enabled() || whole == 0 || linux::eviction_futile() {
+            populate(&map, &range);
+            return Ok(map);
+        }
+        let was_cached = linux::any_resident(&map, &range);
+        populate(&map, &range);
+        let before = linux::pmd_mapped(&map);
+        if !was_cached || before.is_none_or(|b| b >= whole) {
+            return Ok(map);
+        }
+        let len = map.len();
+        drop(map);
+        linux::evict(file, &range);
+        // SAFETY: the caller's contract.
+        let map = unsafe { self::map(file, len) }?;
+        populate(&map, &range);
+        let after = linux::pmd_mapped(&map);
+        tracing::debug!(
+            ?before,
+            ?after,
+            whole,
+            "a weight file's page cache read again"
+        );
+        if after == Some(0) {
+            linux::give_up_eviction();
+        }
+        Ok(map)
     }
     #[cfg(not(target_os = "linux"))]
-    let _ = whole;
-    Some((map, start..start + len))
-}
-
-/// Bytes of a read below which one thread reads it all.
-const SPLIT_READ: usize = 16 << 20;
-
-/// Bytes `offset..offset + len` of `file` in huge pages when they are asked for ([`enabled`],
-/// see the module docs); `Ok(None)` where none are asked for or can be had, having read
-/// nothing. The file's pages are read, not mapped, so they never count as resident memory.
-pub fn read_file(file: &File, offset: u64, len: usize) -> std::io::Result<Option<SharedBytes>> {
-    if !enabled() {
-        return Ok(None);
-    }
-    copy_file(file, offset, len)
-}
-
-/// [`read_file`] whether asked for or not. A large file is read by a few threads side by side,
-/// each a part: most of the cost is the kernel clearing the fresh pages, which a single reader
-/// pays one page at a time.
-pub fn copy_file(file: &File, offset: u64, len: usize) -> std::io::Result<Option<SharedBytes>> {
-    let Some((mut map, range)) = aligned_map(len) else {
-        return Ok(None);
-    };
-    let readers = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .clamp(1, 4)
-        .min(len.div_ceil(SPLIT_READ));
-    let part = len.div_ceil(readers).next_multiple_of(HUGE_PAGE);
-    std::thread::scope(|scope| {
-        let parts: Vec<_> = map[range.clone()]
-            .chunks_mut(part)
-            .enumerate()
-            .map(|(i, dst)| scope.spawn(move || read_at(file, dst, offset + (i * part) as u64)))
-            .collect();
-        parts
-            .into_iter()
-            .try_for_each(|p| p.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
-    })?;
-    let map = Arc::new(map.make_read_only()?);
-    Ok(SharedBytes::anonymous(map, range))
-}
-
-/// Fills `dst` from `file` at `offset`.
-fn read_at(file: &File, dst: &mut [u8], offset: u64) -> std::io::Result<()> {
-    #[cfg(unix)]
     {
-        std::os::unix::fs::FileExt::read_exact_at(file, dst, offset)
+        let _ = file;
+        populate(&map, &range);
+        Ok(map)
     }
-    #[cfg(not(unix))]
+}
+
+/// [`make_resident`], then the range's pages unmapped again (they stay in the page cache, in
+/// huge folios where the kernel gave them, and fault back in when first read): for bytes read
+/// only later, so that they count as resident memory from then on, not during what comes
+/// first (a prefill's scratch).
+///
+/// # Safety
+/// As [`map_resident`].
+pub unsafe fn make_cached(
+    file: &File,
+    map: memmap2::Mmap,
+    range: Range<usize>,
+) -> std::io::Result<memmap2::Mmap> {
+    // SAFETY: the caller's contract.
+    let map = unsafe { make_resident(file, map, range.clone()) }?;
+    let start = range.start.next_multiple_of(4096);
+    let end = range.end / 4096 * 4096;
+    if end > start {
+        // SAFETY: a read-only map of a file not written while mapped (the caller's contract):
+        // dropped pages read back as the same bytes.
+        let _ = unsafe {
+            map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, end - start)
+        };
+    }
+    Ok(map)
+}
+
+/// Faults bytes `range` of `map` in.
+fn populate(map: &memmap2::Mmap, range: &Range<usize>) {
+    #[cfg(target_os = "linux")]
     {
-        use std::io::{Read, Seek};
-        let mut file = file;
-        file.seek(std::io::SeekFrom::Start(offset))?;
-        file.read_exact(dst)
+        let page = range.start / 4096 * 4096;
+        if map
+            .advise_range(memmap2::Advice::PopulateRead, page, range.end - page)
+            .is_ok()
+        {
+            return;
+        }
     }
+    // kernels before 5.14 and other systems: read a byte of each page
+    for at in range.clone().step_by(4096).chain(range.end.checked_sub(1)) {
+        // SAFETY: `at` is inside the map.
+        unsafe { std::ptr::read_volatile(map.as_ptr().add(at)) };
+    }
+}
+
+/// Advises bytes `range` of a writable anonymous map its caller is about to fill for huge
+/// pages (when [`enabled`]), the whole 2 MiB pages inside it only (a partial one would make
+/// zeros resident); the kernel then clears 2 MiB at a time as the pages are first written.
+pub fn advise_anonymous(map: &memmap2::MmapMut, range: Range<usize>) {
+    #[cfg(target_os = "linux")]
+    if enabled() {
+        let base = map.as_ptr() as usize;
+        let start = (base + range.start).next_multiple_of(HUGE_PAGE) - base;
+        let end = (base + range.end) / HUGE_PAGE * HUGE_PAGE - base;
+        if end > start {
+            let _ = map.advise_range(memmap2::Advice::HugePage, start, end - start);
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (map, range);
+}
+
+#[cfg(target_os = "linux")]
+mod linux {
+    use std::ops::Range;
+    use std::os::fd::AsRawFd;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use super::HUGE_PAGE;
+
+    /// Set once evicting a file's page cache gave it no huge pages: its file system cannot hold
+    /// them, and evicting more files would only read them from disk again.
+    static EVICTION_FUTILE: AtomicBool = AtomicBool::new(false);
+
+    pub fn eviction_futile() -> bool {
+        EVICTION_FUTILE.load(Ordering::Relaxed)
+    }
+
+    pub fn give_up_eviction() {
+        EVICTION_FUTILE.store(true, Ordering::Relaxed);
+    }
+
+    /// Bytes of `range` that whole huge pages of `map` can cover (its 2 MiB-aligned pieces,
+    /// when the map itself starts on a 2 MiB boundary; else none).
+    pub fn whole_huge_pages(map: &memmap2::Mmap, range: &Range<usize>) -> usize {
+        if !(map.as_ptr() as usize).is_multiple_of(HUGE_PAGE) {
+            return 0;
+        }
+        let start = range.start.next_multiple_of(HUGE_PAGE);
+        (range.end / HUGE_PAGE * HUGE_PAGE).saturating_sub(start)
+    }
+
+    /// Whether any page of `range` of `map` is in the page cache (`mincore`; `true` if it
+    /// cannot tell).
+    pub fn any_resident(map: &memmap2::Mmap, range: &Range<usize>) -> bool {
+        let first = range.start / 4096 * 4096;
+        let len = range.end - first;
+        let mut flags = vec![0u8; len.div_ceil(4096)];
+        // SAFETY: `first..range.end` lies in the live map, `first` is page-aligned (the map is),
+        // and `flags` holds one byte per 4 KiB page of it.
+        let rc = unsafe {
+            libc::mincore(
+                map.as_ptr().add(first) as *mut libc::c_void,
+                len,
+                flags.as_mut_ptr(),
+            )
+        };
+        rc != 0 || flags.iter().any(|f| f & 1 != 0)
+    }
+
+    /// Drops the clean cached pages of bytes `range` of `file` (those no process maps), having
+    /// written back any dirty ones. Advice: a refusal leaves the cache as it was.
+    pub fn evict(file: &std::fs::File, range: &Range<usize>) {
+        let _ = file.sync_data();
+        let (Ok(offset), Ok(len)) = (i64::try_from(range.start), i64::try_from(range.len())) else {
+            return;
+        };
+        // SAFETY: a valid descriptor; the advice touches no memory of this process.
+        unsafe { libc::posix_fadvise(file.as_raw_fd(), offset, len, libc::POSIX_FADV_DONTNEED) };
+    }
+
+    /// Bytes of `map` mapped by huge pages; `None` if `/proc/self/smaps` cannot tell.
+    pub fn pmd_mapped(map: &memmap2::Mmap) -> Option<usize> {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
+        super::pmd_mapped_in(&smaps, map.as_ptr() as usize)
+    }
+}
+
+/// `FilePmdMapped` of the map starting at `addr` in the text of `/proc/<pid>/smaps`, in bytes.
+fn pmd_mapped_in(smaps: &str, addr: usize) -> Option<usize> {
+    let head = format!("{addr:08x}-");
+    let lines = smaps.lines().skip_while(|l| !l.starts_with(&head)).skip(1);
+    // the first header after ours (an address range) ends our entry
+    let line = lines
+        .take_while(|l| !l.split_whitespace().next().is_some_and(|w| w.contains('-')))
+        .find(|l| l.starts_with("FilePmdMapped:"))?;
+    let kib: usize = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    const SMAPS: &str = "\
+55d0c0000000-55d0c0200000 r--p 00000000 fd:00 123  /usr/bin/x
+Size:               2048 kB
+FilePmdMapped:         0 kB
+7f0000000000-7f0000d80000 r--s 00000000 fd:00 456  /b/weight.bin
+Size:              13824 kB
+Rss:               13824 kB
+FilePmdMapped:     12288 kB
+Locked:                0 kB
+7f0000e00000-7f0000e01000 rw-p 00000000 00:00 0
+Size:                  4 kB
+";
+
     #[test]
-    fn copies_hold_the_same_bytes_from_a_huge_page_boundary() {
-        let bytes: Vec<u8> = (0..SPLIT_READ + 3 * HUGE_PAGE + 12_345)
+    fn reads_the_huge_mapped_bytes_of_one_map_only() {
+        assert_eq!(pmd_mapped_in(SMAPS, 0x7f00_0000_0000), Some(12 << 20));
+        assert_eq!(pmd_mapped_in(SMAPS, 0x55d0_c000_0000), Some(0));
+        // an entry without the field does not borrow the next entry's
+        assert_eq!(pmd_mapped_in(SMAPS, 0x7f00_00e0_0000), None);
+        assert_eq!(pmd_mapped_in(SMAPS, 0x1000), None);
+    }
+
+    #[test]
+    fn maps_hold_the_file_bytes_whichever_pages_the_kernel_gives() {
+        let bytes: Vec<u8> = (0..3 * HUGE_PAGE + 12_345)
             .map(|i| (i * 7 % 251) as u8)
             .collect();
         let path = std::env::temp_dir().join(format!("anemone-huge-{}.bin", std::process::id()));
         std::fs::write(&path, &bytes).unwrap();
         let file = File::open(&path).unwrap();
-        let read = copy_file(&file, 0, bytes.len()).unwrap();
-        let part = copy_file(&file, 4097, bytes.len() - 4097 - 5).unwrap();
+        // SAFETY: the file is private to this test and not written while mapped.
+        let whole = unsafe { map_resident(&file, bytes.len()) }.unwrap();
+        let again = unsafe { map_resident(&file, bytes.len()) }.unwrap();
+        let head = unsafe { map_resident(&file, 4097) }.unwrap();
+        let lazy = unsafe { map(&file, bytes.len()) }.unwrap();
+        let middle = HUGE_PAGE - 100..bytes.len() - 7;
+        let part = unsafe { make_resident(&file, lazy, middle.clone()) }.unwrap();
         std::fs::remove_file(&path).unwrap();
-        if cfg!(target_os = "linux") {
-            let read = read.expect("an anonymous map on Linux");
-            assert_eq!(&read[..], &bytes[..]);
-            assert_eq!(read.addr() % HUGE_PAGE, 0);
-            let part = part.expect("an anonymous map on Linux");
-            assert_eq!(&part[..], &bytes[4097..bytes.len() - 5]);
-            // anonymous pages are never released (they would read back as zeros)
-            read.release_pages();
-            assert_eq!(&read[..], &bytes[..]);
-        } else {
-            assert!(read.is_none() && part.is_none());
-        }
+        assert_eq!(&whole[..], &bytes[..]);
+        assert_eq!(&again[..], &bytes[..]);
+        assert_eq!(&head[..], &bytes[..4097]);
+        assert_eq!(&part[middle.clone()], &bytes[middle]);
+        assert_eq!(&part[..], &bytes[..]);
     }
 }

@@ -212,24 +212,23 @@ pub fn read_package_interface(path: &Path) -> Result<Vec<crate::FunctionInterfac
     crate::read_model_interface(&model_path.display().to_string(), &model)
 }
 
-/// A weight file's bytes for reading in place: the file mapped read-only, no copy, or — when
-/// asked for (`ANEMONE_HUGE_PAGES=on`, Linux) — a copy in huge pages ([`crate::huge_pages`]). Either way every page is resident when this returns (every weight of a package is
-/// used; faulting pages in on first use would move the load's cost into the first prediction).
-/// An empty file (which cannot be mapped) is read.
+/// A weight file's bytes for reading in place: the file mapped read-only, no copy, every page
+/// resident, in huge pages where the kernel gives them ([`crate::huge_pages`]). An empty file
+/// (which cannot be mapped) is read.
 fn map_weights(path: &Path) -> Result<crate::SharedBytes> {
     let file = fs::File::open(path).map_err(io_err(path))?;
     let len = file.metadata().map_err(io_err(path))?.len();
     if len == 0 {
         return Ok(Vec::new().into());
     }
-    if let Ok(len) = usize::try_from(len) {
-        if let Some(bytes) = crate::huge_pages::read_file(&file, 0, len).map_err(io_err(path))? {
-            return Ok(bytes);
-        }
-    }
+    let len = usize::try_from(len).map_err(|_| {
+        io_err(path)(std::io::Error::other(
+            "larger than this platform's address space",
+        ))
+    })?;
     // SAFETY: packages are never written in place — a writer stages a new package and renames
     // it over the old one (`staging`), which leaves a mapped file's inode unchanged.
-    let map = unsafe { memmap2::MmapOptions::new().populate().map(&file) }.map_err(io_err(path))?;
+    let map = unsafe { crate::huge_pages::map_resident(&file, len) }.map_err(io_err(path))?;
     Ok(crate::SharedBytes::mapped(std::sync::Arc::new(map)))
 }
 

@@ -27,6 +27,7 @@ fn main() {
     let options = ReferenceOptions {
         threads,
         context_len: Some(4096),
+        huge_pages: false,
     };
     let mut m = ReferenceModel::load(&checkpoint, &options).unwrap();
     let (mut best, mut best_cpu) = (f64::INFINITY, f64::INFINITY);

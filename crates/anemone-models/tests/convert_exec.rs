@@ -159,6 +159,7 @@ fn check_against_reference(
         &ReferenceOptions {
             threads: Some(1),
             context_len: Some(CONTEXT),
+            huge_pages: false,
         },
     )
     .unwrap();
@@ -309,6 +310,7 @@ fn lm_head_package_matches_the_reference_logits() {
             &ReferenceOptions {
                 threads: Some(1),
                 context_len: Some(CONTEXT),
+                huge_pages: false,
             },
         )
         .unwrap();
@@ -435,6 +437,7 @@ fn a_weight_compressor_plugs_into_convert() {
         &ReferenceOptions {
             threads: Some(1),
             context_len: Some(CONTEXT),
+            huge_pages: false,
         },
     )
     .unwrap();

@@ -98,6 +98,7 @@ fn convert_real(
         &ReferenceOptions {
             threads: None,
             context_len: Some(context),
+            huge_pages: false,
         },
     )
     .unwrap();

@@ -99,6 +99,7 @@ fn reference_follows_llama_cpp_greedy_continuations() {
         &ReferenceOptions {
             threads: None,
             context_len: Some(256),
+            huge_pages: false,
         },
     )
     .unwrap();
@@ -168,6 +169,7 @@ fn residual_stream_exceeds_fp16_and_the_scale_brings_it_back() {
         &ReferenceOptions {
             threads: None,
             context_len: Some(256),
+            huge_pages: false,
         },
     )
     .unwrap();

@@ -71,6 +71,7 @@ fn check_against_peft(checkpoint: &Checkpoint, f: &LoraFixture, what: &str) {
     let options = ReferenceOptions {
         threads: Some(2),
         context_len: None,
+        huge_pages: false,
     };
     let mut model = ReferenceModel::load(checkpoint, &options).unwrap();
     let vocab = model.config().vocab_size;

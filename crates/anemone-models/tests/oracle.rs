@@ -16,6 +16,7 @@ fn load(dir: &Path, context_len: Option<usize>) -> ReferenceModel {
     let options = ReferenceOptions {
         threads: Some(2),
         context_len,
+        huge_pages: false,
     };
     ReferenceModel::load(&checkpoint, &options).unwrap()
 }
@@ -156,6 +157,7 @@ fn context_overflow_and_bad_tokens_are_errors() {
     let options = ReferenceOptions {
         threads: Some(1),
         context_len: Some(too_long),
+        huge_pages: false,
     };
     assert!(matches!(
         ReferenceModel::load(&checkpoint, &options),

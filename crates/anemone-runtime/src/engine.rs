@@ -231,6 +231,8 @@ impl Engine {
         let options = ReferenceOptions {
             threads: choice.threads,
             context_len: None,
+            // a session decodes token by token: see the field
+            huge_pages: true,
         };
         let model = ReferenceModel::load(&checkpoint, &options)
             .map_err(|e| checkpoint_error(Box::new(e)))?;

@@ -37,6 +37,7 @@ fn a_shared_reference_gives_the_same_reports_and_runs_once() {
             &ReferenceOptions {
                 threads: Some(1),
                 context_len: None,
+                huge_pages: false,
             },
         )
         .unwrap()

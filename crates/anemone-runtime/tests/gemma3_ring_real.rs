@@ -145,6 +145,7 @@ fn local_layer_rings_follow_the_reference_past_the_window() {
         &ReferenceOptions {
             threads: None,
             context_len: Some(CONTEXT),
+            huge_pages: false,
         },
     )
     .unwrap();

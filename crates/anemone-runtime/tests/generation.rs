@@ -13,6 +13,7 @@ fn fixture_model(context_len: Option<usize>) -> (ReferenceModel, Vec<u32>, Vec<u
     let options = ReferenceOptions {
         threads: Some(2),
         context_len,
+        huge_pages: false,
     };
     let model = ReferenceModel::load(&checkpoint, &options).unwrap();
     (model, fixture.prompt_ids, fixture.greedy_ids)

@@ -74,6 +74,7 @@ fn reference(dir: &std::path::Path) -> ReferenceModel {
         &ReferenceOptions {
             threads: Some(1),
             context_len: Some(32),
+            huge_pages: false,
         },
     )
     .unwrap()

@@ -89,6 +89,7 @@ fn gate_real_model(model: &str, max_prompts: usize) {
         &ReferenceOptions {
             threads: None,
             context_len: Some(128),
+            huge_pages: false,
         },
     )
     .unwrap();

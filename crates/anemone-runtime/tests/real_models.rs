@@ -52,6 +52,7 @@ fn check_model(name: &str) -> Vec<String> {
         &ReferenceOptions {
             threads: Some(2),
             context_len: Some(256),
+            huge_pages: false,
         },
     )
     .unwrap();

@@ -1,7 +1,6 @@
 //! Immutable shared bytes of constant data: a heap buffer, a range of a read-only map of a
 //! package's weight file (so a package read from disk costs no copy of its weights, and only
-//! the pages in use are resident), or a range of a read-only anonymous map holding a copy of
-//! one (in transparent huge pages when asked for: see [`SharedBytes::anonymous`]).
+//! the pages in use are resident).
 
 use std::ops::{Deref, Range};
 use std::sync::Arc;
@@ -17,9 +16,6 @@ enum Repr {
     Mapped {
         map: Arc<memmap2::Mmap>,
         range: Range<usize>,
-        /// Whether the map is of a file (its pages can be dropped and read back) rather than
-        /// anonymous memory (whose dropped pages would read as zeros).
-        file: bool,
     },
 }
 
@@ -27,21 +23,7 @@ impl SharedBytes {
     /// The whole of a read-only file map.
     pub fn mapped(map: Arc<memmap2::Mmap>) -> Self {
         let range = 0..map.len();
-        SharedBytes(Repr::Mapped {
-            map,
-            range,
-            file: true,
-        })
-    }
-
-    /// Bytes `range` of a read-only anonymous map (a copy its maker filled; never released by
-    /// [`SharedBytes::release_pages`]). `None` if `range` is out of the map's bounds.
-    pub fn anonymous(map: Arc<memmap2::Mmap>, range: Range<usize>) -> Option<Self> {
-        (range.start <= range.end && range.end <= map.len()).then_some(SharedBytes(Repr::Mapped {
-            map,
-            range,
-            file: false,
-        }))
+        SharedBytes(Repr::Mapped { map, range })
     }
 
     /// Bytes `range` of these, sharing them (no copy); `None` if `range` is out of bounds.
@@ -51,14 +33,9 @@ impl SharedBytes {
         }
         Some(SharedBytes(match &self.0 {
             Repr::Heap(bytes) => Repr::Heap(Arc::from(&bytes[range])),
-            Repr::Mapped {
-                map,
-                range: outer,
-                file,
-            } => Repr::Mapped {
+            Repr::Mapped { map, range: outer } => Repr::Mapped {
                 map: Arc::clone(map),
                 range: outer.start + range.start..outer.start + range.end,
-                file: *file,
             },
         }))
     }
@@ -77,15 +54,10 @@ impl SharedBytes {
     /// Takes mapped bytes' pages (the whole pages inside them) out of the process's resident
     /// memory, for bytes their holder has read once and keeps in another form: the pages stay
     /// mapped and are read from the file again if touched. Heap bytes, and platforms without
-    /// `madvise`, keep theirs, and so do anonymous maps. A hint: failure changes nothing.
+    /// `madvise`, keep theirs. A hint: failure changes nothing.
     pub fn release_pages(&self) {
         #[cfg(unix)]
-        if let Repr::Mapped {
-            map,
-            range,
-            file: true,
-        } = &self.0
-        {
+        if let Repr::Mapped { map, range } = &self.0 {
             // SAFETY: sysconf has no preconditions.
             let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
             let Ok(page) = usize::try_from(page) else {
@@ -114,8 +86,7 @@ impl std::fmt::Debug for SharedBytes {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let place = match &self.0 {
             Repr::Heap(_) => "heap",
-            Repr::Mapped { file: true, .. } => "mapped",
-            Repr::Mapped { file: false, .. } => "anonymous map",
+            Repr::Mapped { .. } => "mapped",
         };
         write!(f, "SharedBytes({} bytes, {place})", self.len())
     }
@@ -127,7 +98,7 @@ impl Deref for SharedBytes {
     fn deref(&self) -> &[u8] {
         match &self.0 {
             Repr::Heap(bytes) => bytes,
-            Repr::Mapped { map, range, .. } => &map[range.clone()],
+            Repr::Mapped { map, range } => &map[range.clone()],
         }
     }
 }

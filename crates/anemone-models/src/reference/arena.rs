@@ -47,9 +47,7 @@ enum Storage {
     Heap(Vec<f32>),
 }
 
-/// Alignment of element 0 (the map is not advised for huge pages: on a VM, whose fresh 2 MiB
-/// pages the host faults in cold, that made loading several times slower for a ~10% faster
-/// decode).
+/// Alignment of element 0 (a huge-page boundary).
 #[cfg(target_os = "linux")]
 const MAP_ALIGN: usize = 2 << 20;
 /// Bytes prefaulted per task.
@@ -57,12 +55,15 @@ const MAP_ALIGN: usize = 2 << 20;
 const POPULATE_CHUNK: usize = 32 << 20;
 
 impl Arena {
-    /// A zeroed arena for every span `layout` handed out.
-    pub fn new(layout: &Layout) -> Self {
+    /// A zeroed arena for every span `layout` handed out, its whole 2 MiB pages advised for
+    /// transparent huge pages if `huge_pages` ([`anemone_mil::huge_pages::advise_anonymous`]).
+    pub fn new(layout: &Layout, huge_pages: bool) -> Self {
         let len = layout.end.next_multiple_of(LINE);
+        #[cfg(not(target_os = "linux"))]
+        let _ = huge_pages;
         #[cfg(target_os = "linux")]
         {
-            if let Some(storage) = Self::aligned_map(len) {
+            if let Some(storage) = Self::aligned_map(len, huge_pages) {
                 return Self { storage };
             }
         }
@@ -74,11 +75,14 @@ impl Arena {
     /// An anonymous map of `len` f32 with element 0 on a 2 MiB boundary, its pages prefaulted.
     /// `None` if the map fails (the caller falls back to the heap).
     #[cfg(target_os = "linux")]
-    fn aligned_map(len: usize) -> Option<Storage> {
+    fn aligned_map(len: usize, huge_pages: bool) -> Option<Storage> {
         use rayon::prelude::*;
         let bytes = len.checked_mul(std::mem::size_of::<f32>())?;
         let map = memmap2::MmapMut::map_anon(bytes.checked_add(MAP_ALIGN)?).ok()?;
         let offset = (map.as_ptr() as usize).next_multiple_of(MAP_ALIGN) - map.as_ptr() as usize;
+        if huge_pages {
+            anemone_mil::huge_pages::advise_anonymous(&map, offset..offset + bytes);
+        }
         // prefault the pages in the kernel, in parallel (no page-fault trap per 4 KiB during
         // the load); advice the kernel may refuse, in which case the pages fault in on first write
         (0..bytes.div_ceil(POPULATE_CHUNK))
@@ -142,7 +146,7 @@ mod tests {
             .iter()
             .map(|&n| layout.span(n))
             .collect();
-        let mut arena = Arena::new(&layout);
+        let mut arena = Arena::new(&layout, false);
         for (i, &s) in spans.iter().enumerate() {
             assert_eq!(s.start % LINE, 0);
             assert!(arena.get(s).iter().all(|&v| v == 0.0));

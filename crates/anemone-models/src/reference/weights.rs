@@ -56,8 +56,9 @@ impl Weights {
     }
 
     /// Loads and shape-checks every tensor `config` implies, the matrices straight into the
-    /// arena (fused ones part by part: Q, K, V rows; gate, up rows).
-    pub fn load(checkpoint: &Checkpoint) -> Result<Self, ForwardError> {
+    /// arena (fused ones part by part: Q, K, V rows; gate, up rows), in huge pages if
+    /// `huge_pages` ([`super::ReferenceOptions::huge_pages`]).
+    pub fn load(checkpoint: &Checkpoint, huge_pages: bool) -> Result<Self, ForwardError> {
         let config = &checkpoint.config;
         let load = |name: String, shape: &[usize]| load_checked(checkpoint, &name, shape);
         let (h, q, kv, inter, d) = (
@@ -95,7 +96,7 @@ impl Weights {
                 matrix(vec![(name("mlp.down_proj.weight"), [h, inter])]),
             ]);
         }
-        let mut arena = Arena::new(&layout);
+        let mut arena = Arena::new(&layout, huge_pages);
         for (span, tensors) in &parts {
             let mut rest = arena.get_mut(*span);
             for (tensor, shape) in tensors {

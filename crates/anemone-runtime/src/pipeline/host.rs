@@ -15,26 +15,21 @@ use anemone_models::reference::{rows_serial, rows_serial_f16};
 use half::f16;
 use memmap2::Mmap;
 
-/// Reads bytes `offset..offset + len` of a file into a copy, or answers `None`.
-type ReadCopy = fn(&std::fs::File, u64, usize) -> std::io::Result<Option<anemone_mil::SharedBytes>>;
-
 /// Bytes of LM-head rows per block claimed by a thread of the team.
 const HEAD_BLOCK_BYTES: usize = 256 << 10;
 
 use super::PipelineError;
 
 /// Values of one host tensor: read in place from the mapped `host.safetensors` (only the pages
-/// a step touches become resident: an untied embedding costs the rows looked up, not the table)
-/// or from a copy of its bytes in huge pages (the LM head, read whole every step:
-/// [`HostTensor::streamed`]), or copied out of the file when its bytes cannot be read in place
-/// (misaligned, big-endian).
+/// a step touches become resident: an untied embedding costs the rows looked up, not the table;
+/// the LM head, read whole every step, is read into the page cache at load, in huge pages where
+/// the kernel gives them: [`anemone_mil::huge_pages`]), or copied out of the file when its bytes cannot be
+/// read in place (misaligned, big-endian).
 enum Values<T> {
     Mapped {
         map: Arc<Mmap>,
         range: std::ops::Range<usize>,
     },
-    /// The range's bytes read into huge pages (as aligned as the map's: a huge-page boundary).
-    Copied(anemone_mil::SharedBytes),
     Owned(Vec<T>),
 }
 
@@ -88,7 +83,6 @@ impl<T: Plain> Values<T> {
         match self {
             // the range was checked to read in place when the value was made
             Values::Mapped { map, range } => in_place(&map[range.clone()]).unwrap_or(&[]),
-            Values::Copied(bytes) => in_place(bytes).unwrap_or(&[]),
             Values::Owned(v) => v,
         }
     }
@@ -123,44 +117,21 @@ impl HostTensor {
         }
     }
 
-    /// Asks the OS to read the whole tensor in ahead of its first use (a tensor every step reads
-    /// whole, as the LM head).
-    fn prefetch(&self) {
-        let mapped = match self {
-            HostTensor::F32(Values::Mapped { map, range }) => Some((map, range)),
-            HostTensor::F16(Values::Mapped { map, range }) => Some((map, range)),
-            HostTensor::F32(Values::Owned(_) | Values::Copied(_))
-            | HostTensor::F16(Values::Owned(_) | Values::Copied(_)) => None,
-        };
-        if let Some((map, range)) = mapped {
-            // advice only: a refusal costs page faults on first use, nothing else
-            let _ = map.advise_range(memmap2::Advice::WillNeed, range.start, range.len());
-        }
-    }
-
-    /// A copy of the tensor's bytes made by `copy` (from `file`, not through the map:
-    /// [`anemone_mil::huge_pages::read_file`]), or `None` when it makes none (or the tensor is
-    /// not mapped).
-    fn streamed(&self, file: &std::fs::File, copy: ReadCopy) -> Option<Self> {
-        fn copied<T>(v: &Values<T>, file: &std::fs::File, copy: ReadCopy) -> Option<Values<T>> {
-            let Values::Mapped { range, .. } = v else {
-                return None;
-            };
-            let bytes = copy(file, range.start as u64, range.len());
-            bytes.ok().flatten().map(Values::Copied)
-        }
-        match self {
-            HostTensor::F32(v) => copied(v, file, copy).map(HostTensor::F32),
-            HostTensor::F16(v) => copied(v, file, copy).map(HostTensor::F16),
-        }
-    }
-
     fn to_f32_vec(&self) -> Vec<f32> {
         match self {
             HostTensor::F32(v) => v.as_slice().to_vec(),
             HostTensor::F16(v) => v.as_slice().iter().map(|x| x.to_f32()).collect(),
         }
     }
+}
+
+/// Bytes of tensor `name` in a `.safetensors` file's bytes; `None` if the header does not
+/// parse or has no such tensor.
+fn tensor_range(bytes: &[u8], name: &str) -> Option<std::ops::Range<usize>> {
+    let (header_len, metadata) = safetensors::SafeTensors::read_metadata(bytes).ok()?;
+    let (start, end) = metadata.info(name)?.data_offsets;
+    let data = 8 + header_len;
+    Some(data + start..data + end)
 }
 
 /// Host tensors in their stored dtype (F16 or F32), in Hugging Face layout (`[vocab, hidden]`
@@ -173,9 +144,6 @@ pub struct HostWeights {
     final_norm: Vec<f32>,
     /// `None` when the head is tied to the embedding or runs as its own package.
     lm_head: Option<HostTensor>,
-    /// The head (`lm_head` or the tied `embed`) copied into huge pages at load when they are
-    /// asked for ([`anemone_mil::huge_pages`]); `None` otherwise (the mapped head is read).
-    streamed_head: Option<HostTensor>,
     /// The head runs on the host (else in the LM-head package, which holds its own norm).
     head_on_host: bool,
 }
@@ -189,9 +157,30 @@ impl HostWeights {
             problem: e.to_string(),
         };
         let handle = std::fs::File::open(&path).map_err(io)?;
-        // SAFETY: a bundle's files are never written in place (bundles are replaced by an atomic
-        // directory exchange, which leaves a mapped file's inode as it was).
-        let bytes = Arc::new(unsafe { Mmap::map(&handle) }.map_err(io)?);
+        let len = usize::try_from(handle.metadata().map_err(io)?.len())
+            .map_err(|_| io(std::io::Error::other("larger than the address space")))?;
+        let head_on_host = manifest.lm_head.is_none();
+        let head_name = if manifest.config.tie_word_embeddings {
+            EMBED
+        } else {
+            LM_HEAD
+        };
+        // SAFETY (of both maps): a bundle's files are never written in place (bundles are
+        // replaced by an atomic directory exchange, which leaves a mapped file's inode as it was).
+        let map = unsafe { anemone_mil::huge_pages::map(&handle, len) }.map_err(io)?;
+        // the head, read whole every step, is read into the page cache now (in huge pages where
+        // the kernel gives them) and mapped at the first logits, after the prefill's scratch is
+        // gone; an unknown name is reported by `read_tensor` below
+        let map = match head_on_host
+            .then(|| tensor_range(&map, head_name))
+            .flatten()
+        {
+            Some(range) => {
+                unsafe { anemone_mil::huge_pages::make_cached(&handle, map, range) }.map_err(io)?
+            }
+            None => map,
+        };
+        let bytes = Arc::new(map);
         let file =
             safetensors::SafeTensors::deserialize(&bytes).map_err(|e| PipelineError::Host {
                 path: path.clone(),
@@ -200,7 +189,6 @@ impl HostWeights {
             })?;
         let c = &manifest.config;
         let (h, vocab) = (c.hidden_size, c.vocab_size);
-        let head_on_host = manifest.lm_head.is_none();
         let load = |name: &str, shape: &[usize]| read_tensor(&path, &file, &bytes, name, shape);
         let embed = load(EMBED, &[vocab, h])?;
         let final_norm = load(FINAL_NORM, &[h])?.to_f32_vec();
@@ -209,13 +197,6 @@ impl HostWeights {
         } else {
             None
         };
-        let head = lm_head.as_ref().unwrap_or(&embed);
-        let streamed_head = head_on_host
-            .then(|| head.streamed(&handle, anemone_mil::huge_pages::read_file))
-            .flatten();
-        if head_on_host && streamed_head.is_none() {
-            head.prefetch();
-        }
         Ok(HostWeights {
             hidden: h,
             vocab,
@@ -223,7 +204,6 @@ impl HostWeights {
             embed,
             final_norm,
             lm_head,
-            streamed_head,
             head_on_host,
         })
     }
@@ -249,8 +229,7 @@ impl HostWeights {
             .zip(&self.final_norm)
             .map(|(v, w)| (*v as f64 * inv) as f32 * w)
             .collect();
-        let mapped = self.lm_head.as_ref().unwrap_or(&self.embed);
-        let head = self.streamed_head.as_ref().unwrap_or(mapped);
+        let head = self.lm_head.as_ref().unwrap_or(&self.embed);
         let mut logits = vec![0f32; self.vocab];
         let row_bytes = h * if matches!(head, HostTensor::F16(_)) {
             2
@@ -347,41 +326,32 @@ mod tests {
 
     /// A map of `bytes` (a temporary file's).
     fn map_of(bytes: &[u8]) -> Arc<Mmap> {
-        map_and_file(bytes).0
-    }
-
-    fn map_and_file(bytes: &[u8]) -> (Arc<Mmap>, std::fs::File) {
         let file = tempfile::tempfile().unwrap();
         std::io::Write::write_all(&mut &file, bytes).unwrap();
         // SAFETY: the temporary file is private to this test and not written again.
-        (Arc::new(unsafe { Mmap::map(&file) }.unwrap()), file)
+        Arc::new(unsafe { Mmap::map(&file) }.unwrap())
     }
 
     #[test]
-    fn a_streamed_head_holds_the_mapped_values() {
-        let rows: Vec<f16> = (0..4096)
-            .map(|i| f16::from_f32(i as f32 * 0.25 - 300.0))
-            .collect();
-        let mut bytes = vec![7u8; 64];
-        bytes.extend(rows.iter().flat_map(|h| h.to_le_bytes()));
-        let (map, file) = map_and_file(&bytes);
-        let head = HostTensor::F16(Values::new(&map, 64..bytes.len()));
-        let x: Vec<f32> = (0..64).map(|i| 1.0 / (i as f32 + 1.0)).collect();
-        let (mut mapped, mut copied) = (vec![0f32; 64], vec![0f32; 64]);
-        head.dot_rows(0, &x, &mut mapped);
-        match head.streamed(&file, anemone_mil::huge_pages::copy_file) {
-            Some(streamed) => {
-                let HostTensor::F16(Values::Copied(_)) = &streamed else {
-                    panic!("a streamed head is a copy");
-                };
-                streamed.dot_rows(0, &x, &mut copied);
-                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                assert_eq!(bits(&copied), bits(&mapped));
-                assert_eq!(streamed.row(63, 64), head.row(63, 64));
-            }
-            None if cfg!(target_os = "linux") => panic!("Linux has anonymous maps"),
-            None => {}
-        }
+    fn the_head_range_is_the_bytes_of_the_named_tensor() {
+        let embed: Vec<u8> = (0..24u8).collect();
+        let head: Vec<u8> = (100..116u8).collect();
+        let views = [("embed", [3usize, 2], &embed), ("head", [2usize, 2], &head)].map(
+            |(name, shape, data)| {
+                let view = safetensors::tensor::TensorView::new(
+                    safetensors::Dtype::F32,
+                    shape.to_vec(),
+                    data,
+                )
+                .unwrap();
+                (name, view)
+            },
+        );
+        let bytes = safetensors::serialize(views, None).unwrap();
+        assert_eq!(&bytes[tensor_range(&bytes, "head").unwrap()], &head[..]);
+        assert_eq!(&bytes[tensor_range(&bytes, "embed").unwrap()], &embed[..]);
+        assert_eq!(tensor_range(&bytes, "lm_head"), None);
+        assert_eq!(tensor_range(&bytes[..5], "head"), None);
     }
 
     #[test]

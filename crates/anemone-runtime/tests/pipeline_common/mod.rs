@@ -46,6 +46,7 @@ pub fn reference_of(dir: &Path, context: usize) -> ReferenceModel {
         &ReferenceOptions {
             threads: Some(1),
             context_len: Some(context),
+            huge_pages: false,
         },
     )
     .unwrap()

@@ -205,6 +205,7 @@ pub fn reference_run(
         &ReferenceOptions {
             threads,
             context_len: Some(prompt_ids.len() + decode_tokens + 1),
+            huge_pages: false,
         },
     )
     .context("loading the fp32 reference")?;

@@ -267,6 +267,7 @@ pub fn run(args: DoctorArgs) -> Result<()> {
         &ReferenceOptions {
             threads: args.threads,
             context_len: Some(args.context),
+            huge_pages: false,
         },
     )
     .context("loading the fp32 reference")?;

@@ -164,6 +164,7 @@ pub fn run(args: GateArgs) -> Result<()> {
         &ReferenceOptions {
             threads: args.threads,
             context_len: None,
+            huge_pages: false,
         },
     )
     .with_context(|| format!("loading reference {}", args.reference.display()))?;

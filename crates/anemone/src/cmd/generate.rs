@@ -329,6 +329,8 @@ fn load_reference(checkpoint: &Checkpoint, args: &GenerateArgs) -> Result<Refere
     let options = ReferenceOptions {
         threads: args.threads,
         context_len: None,
+        // a session decodes token by token: see the field
+        huge_pages: true,
     };
     let model = ReferenceModel::load(checkpoint, &options)
         .with_context(|| format!("loading {} for the reference forward", args.model.display()))?;
