@@ -237,6 +237,7 @@ mod linux {
 }
 
 /// `FilePmdMapped` of the map starting at `addr` in the text of `/proc/<pid>/smaps`, in bytes.
+#[cfg(any(target_os = "linux", test))]
 fn pmd_mapped_in(smaps: &str, addr: usize) -> Option<usize> {
     let head = format!("{addr:08x}-");
     let lines = smaps.lines().skip_while(|l| !l.starts_with(&head)).skip(1);
