@@ -1,15 +1,15 @@
 //! Weight files mapped so that the kernel holds them in transparent huge pages (Linux), unless
 //! `ANEMONE_HUGE_PAGES=off` is in the environment. A single-token matvec streams every weight
 //! once per token; in 4 KiB pages it misses the TLB on every page (under virtualisation each
-//! miss is a two-level walk), which on the project's benchmark host costs 15–25% of a bundle's
-//! decode speed (`benches/read_bandwidth.sh`, README sessions 21–22).
+//! miss is a two-level walk), which on the project's benchmark host cost fp16 and compressed
+//! bundles 5–25% of their decode speed (`benches/read_bandwidth.sh`, README sessions 21–22).
 //!
 //! A file map is only as huge as the page cache under it: the kernel maps a 2 MiB piece of a
 //! file with one page-table entry when its cached folio is a whole huge page (file systems with
 //! large folios, as ext4 from Linux 6.16 and xfs), and it allocates such folios when a map
 //! advised `MADV_HUGEPAGE` faults the file in from disk. A file already cached in small folios
-//! (written by `convert`, copied, or read without the advice) stays small, so [`map`] looks at
-//! what it got (`FilePmdMapped` in `/proc/self/smaps`) and, if a file was resident in small
+//! (written by `convert`, copied, or read without the advice) stays small, so [`make_resident`]
+//! looks at what it got (`FilePmdMapped` in `/proc/self/smaps`) and, if a file was resident in small
 //! folios, evicts its clean pages and maps it again: read from disk once, in huge folios for
 //! every later load and process. Nothing is copied: the pages are the page cache's, shared
 //! between processes, and count as resident memory as any file map's would. All of it is

@@ -1,4 +1,4 @@
-//! Immutable shared bytes of constant data: a heap buffer, a range of a read-only map of a
+//! Immutable shared bytes of constant data: a heap buffer, or a range of a read-only map of a
 //! package's weight file (so a package read from disk costs no copy of its weights, and only
 //! the pages in use are resident).
 

@@ -23,8 +23,8 @@ use super::PipelineError;
 /// Values of one host tensor: read in place from the mapped `host.safetensors` (only the pages
 /// a step touches become resident: an untied embedding costs the rows looked up, not the table;
 /// the LM head, read whole every step, is read into the page cache at load, in huge pages where
-/// the kernel gives them: [`anemone_mil::huge_pages`]), or copied out of the file when its bytes cannot be
-/// read in place (misaligned, big-endian).
+/// the kernel gives them: [`anemone_mil::huge_pages`]), or copied out of the file when its
+/// bytes cannot be read in place (misaligned, big-endian).
 enum Values<T> {
     Mapped {
         map: Arc<Mmap>,
