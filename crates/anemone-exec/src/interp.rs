@@ -16,6 +16,7 @@ use crate::package::{Fused, LoadedPackage, PreparedFunction, State, Step};
 use crate::state::StateTensor;
 
 pub(crate) mod attend;
+pub(crate) mod chains;
 mod decode_attend;
 mod operands;
 mod prefill_attend;
@@ -107,6 +108,21 @@ impl<'a> Frame<'a, '_> {
             }
         }
         self.get(v).map(Cow::into_owned)
+    }
+
+    /// Stores `data` as the value of `step`'s (first) output, checked against its declared
+    /// type and rounded as the precision says (what the step itself would have stored).
+    fn store_output(&mut self, step: &Step, data: Vec<f32>) -> Result<(), String> {
+        let (Some(&v), Some(ty)) = (step.outputs.first(), step.out_types.first()) else {
+            return Err(format!("`{}` declares no output", step.name));
+        };
+        let t = Tensor {
+            dtype: ty.dtype,
+            shape: ty.shape.clone(),
+            data,
+        };
+        self.slots[v.index()] = Slot::Owned(finish_output(t, ty, self.precision)?);
+        Ok(())
     }
 
     /// Makes the step's output the named state itself (a chain running in place).
@@ -232,6 +248,13 @@ impl LoadedPackage {
                 {
                     next += n;
                     continue;
+                }
+                if let Some(chain) = f.chain_starts[next] {
+                    if let Some(n) = chains::try_run(&mut frame, steps, chain).map_err(op_err)? {
+                        hidden_memo = None;
+                        next += n;
+                        continue;
+                    }
                 }
             }
             hidden_memo = None;

@@ -46,7 +46,11 @@
 //!   the ops run one by one). It reads only the written columns of a KV state (every state
 //!   keeps a bound past which it holds ±0, raised by each write) when the skipped columns
 //!   provably change no bit (checked per head on the mask and the kept values; else all are
-//!   read).
+//!   read);
+//! - a decoder layer's max-scaled RMSNorm (12 ops) and RoPE (6 ops) chains run as one step each
+//!   ([`kernels::chains`]) under f32 accumulation: every intermediate is rounded where its op's
+//!   output is, each element operation is the op's own, and the norm's sum folds in the order of
+//!   the generic reduce (an observed run, and `fp16-acc`, run the ops one by one).
 //!
 //! [`Accumulation::Fp16Blocks`] (`--precision fp16-acc`) keeps the rounding above and makes
 //! every sum inside an op accumulate in fp16 blocks ([`kernels::fp16acc`]): the pessimistic

@@ -85,6 +85,8 @@ pub(crate) struct PreparedFunction {
     pub steps: Vec<Step>,
     /// Whether `steps[i..]` opens one head's six attention ops (`interp::attend::matches`).
     pub head_starts: Vec<bool>,
+    /// The op chain `steps[i..]` opens with, run as one step (`interp::chains::matches`).
+    pub chain_starts: Vec<Option<crate::interp::chains::Chain>>,
     /// Whether the steps never enter rayon under f32 accumulation
     /// ([`crate::plan::runs_without_pool`]).
     pub without_pool: bool,
@@ -240,6 +242,19 @@ impl LoadedPackage {
             .iter()
             .filter(|s| matches!(s.fused, Fused::UpdatesState(_)))
             .map(|s| s.name.as_str())
+            .collect())
+    }
+
+    /// The first op of every op chain of `function` that runs as one step when its operands
+    /// have the shapes the fused kernel takes (the max-scaled RMSNorm and RoPE chains of a
+    /// decoder layer, [`crate::kernels::chains`]); an observed run runs them op by op.
+    pub fn fused_chains(&self, function: &str) -> Result<Vec<&str>> {
+        let f = self.function(function)?;
+        Ok(f.steps
+            .iter()
+            .zip(&f.chain_starts)
+            .filter(|(_, chain)| chain.is_some())
+            .map(|(s, _)| s.name.as_str())
             .collect())
     }
 
@@ -412,6 +427,9 @@ fn prepare(path: &Path, f: &Function, caches: &mut Caches) -> Result<PreparedFun
     let head_starts = (0..steps.len())
         .map(|i| crate::interp::attend::matches(&steps[i..]))
         .collect();
+    let chain_starts = (0..steps.len())
+        .map(|i| crate::interp::chains::matches(&steps[i..]))
+        .collect();
     Ok(PreparedFunction {
         name: f.name().to_string(),
         signature: Signature {
@@ -428,6 +446,7 @@ fn prepare(path: &Path, f: &Function, caches: &mut Caches) -> Result<PreparedFun
         f32_weights,
         steps,
         head_starts,
+        chain_starts,
         without_pool,
     })
 }

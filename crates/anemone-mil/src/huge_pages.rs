@@ -25,6 +25,23 @@ use std::ops::Range;
 /// Transparent huge pages' size on x86-64 and arm64 Linux with 4 KiB base pages.
 pub const HUGE_PAGE: usize = 2 << 20;
 
+/// The system's base page size (`sysconf`; 4 KiB where it cannot tell): what `madvise` ranges
+/// and `mincore` entries are counted in.
+pub fn page_size() -> usize {
+    static PAGE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *PAGE.get_or_init(|| {
+        #[cfg(unix)]
+        {
+            // SAFETY: sysconf has no preconditions.
+            let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+            if let Some(page) = usize::try_from(page).ok().filter(|p| p.is_power_of_two()) {
+                return page;
+            }
+        }
+        4096
+    })
+}
+
 /// Whether maps ask for huge pages: on Linux unless `ANEMONE_HUGE_PAGES=off` (or `0`).
 pub fn enabled() -> bool {
     cfg!(target_os = "linux")
@@ -122,8 +139,9 @@ pub unsafe fn make_cached(
 ) -> std::io::Result<memmap2::Mmap> {
     // SAFETY: the caller's contract.
     let map = unsafe { make_resident(file, map, range.clone()) }?;
-    let start = range.start.next_multiple_of(4096);
-    let end = range.end / 4096 * 4096;
+    let page = page_size();
+    let start = range.start.next_multiple_of(page);
+    let end = range.end / page * page;
     if end > start {
         // SAFETY: a read-only map of a file not written while mapped (the caller's contract):
         // dropped pages read back as the same bytes.
@@ -138,16 +156,20 @@ pub unsafe fn make_cached(
 fn populate(map: &memmap2::Mmap, range: &Range<usize>) {
     #[cfg(target_os = "linux")]
     {
-        let page = range.start / 4096 * 4096;
+        let first = range.start / page_size() * page_size();
         if map
-            .advise_range(memmap2::Advice::PopulateRead, page, range.end - page)
+            .advise_range(memmap2::Advice::PopulateRead, first, range.end - first)
             .is_ok()
         {
             return;
         }
     }
     // kernels before 5.14 and other systems: read a byte of each page
-    for at in range.clone().step_by(4096).chain(range.end.checked_sub(1)) {
+    for at in range
+        .clone()
+        .step_by(page_size())
+        .chain(range.end.checked_sub(1))
+    {
         // SAFETY: `at` is inside the map.
         unsafe { std::ptr::read_volatile(map.as_ptr().add(at)) };
     }
@@ -203,11 +225,12 @@ mod linux {
     /// Whether any page of `range` of `map` is in the page cache (`mincore`; `true` if it
     /// cannot tell).
     pub fn any_resident(map: &memmap2::Mmap, range: &Range<usize>) -> bool {
-        let first = range.start / 4096 * 4096;
+        let page = super::page_size();
+        let first = range.start / page * page;
         let len = range.end - first;
-        let mut flags = vec![0u8; len.div_ceil(4096)];
+        let mut flags = vec![0u8; len.div_ceil(page)];
         // SAFETY: `first..range.end` lies in the live map, `first` is page-aligned (the map is),
-        // and `flags` holds one byte per 4 KiB page of it.
+        // and `flags` holds one byte per page of it.
         let rc = unsafe {
             libc::mincore(
                 map.as_ptr().add(first) as *mut libc::c_void,

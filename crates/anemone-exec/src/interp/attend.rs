@@ -167,14 +167,7 @@ pub(super) fn run_head_group<'a>(
         return Ok(None);
     };
     for (&at, data) in starts.iter().zip(outs) {
-        let last = &steps[at + STEPS - 1];
-        let ty = &last.out_types[0];
-        let t = Tensor {
-            dtype: ty.dtype,
-            shape: ty.shape.clone(),
-            data,
-        };
-        fr.slots[last.outputs[0].index()] = Slot::Owned(finish_output(t, ty, fr.precision)?);
+        fr.store_output(&steps[at + STEPS - 1], data)?;
     }
     for v in steps[..end].iter().flat_map(|s| &s.release) {
         fr.slots[v.index()] = Slot::Empty;

@@ -3,6 +3,7 @@
 
 pub mod attend_one;
 pub mod attention;
+pub mod chains;
 pub mod elementwise;
 pub mod exp_table;
 pub mod expf_avx512;

@@ -58,14 +58,10 @@ impl SharedBytes {
     pub fn release_pages(&self) {
         #[cfg(unix)]
         if let Repr::Mapped { map, range } = &self.0 {
-            // SAFETY: sysconf has no preconditions.
-            let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-            let Ok(page) = usize::try_from(page) else {
-                return;
-            };
+            let page = crate::huge_pages::page_size();
             let base = map.as_ptr() as usize;
-            let start = (base + range.start).next_multiple_of(page.max(1)) - base;
-            let end = (base + range.end) / page.max(1) * page.max(1) - base;
+            let start = (base + range.start).next_multiple_of(page) - base;
+            let end = (base + range.end) / page * page - base;
             if end > start {
                 // SAFETY: a read-only map of a file that is never written while mapped (the
                 // contract of every map made here): dropped pages are read back from the file,
