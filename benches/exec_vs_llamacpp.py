@@ -117,6 +117,9 @@ def main():
                     subprocess.run([str(binary), "convert", str(ggufs["F16"]), "--out",
                                     str(bundles[f"lut{bits}"]), "--palettize", bits],
                                    check=True, capture_output=True)
+        # the GGUFs and bundles just written are flushed to disk first: the kernel's writeback
+        # would otherwise share the cores with the first rounds
+        os.sync()
         llama = {d: LlamaEngine(g, args.threads, 512) for d, g in ggufs.items()}
         prompt = llama["F32"].llm.tokenize(PROMPT_TEXT.encode(), add_bos=False)[: args.prompt_tokens]
         assert len(prompt) == args.prompt_tokens, "prompt text too short"
@@ -146,9 +149,11 @@ def main():
                  lambda: anemone_run(binary, bundles["lut4"], prompt, forced, args.threads, [])),
             ]
         best = {}
-        for _ in range(args.repeats):
+        for round_ in range(args.repeats):
             for label, run in engines:
                 pf, dc, rss = run()
+                print(f"{name} round {round_ + 1}: {label}: prefill {pf:.1f} / decode {dc:.2f} "
+                      f"tok/s", file=sys.stderr)
                 b = best.setdefault(label, [0.0, 0.0, rss])
                 b[0], b[1] = max(b[0], pf), max(b[1], dc)
         del llama

@@ -33,6 +33,12 @@ const PURE_SPIN: Duration = Duration::from_micros(50);
 const CLOSED: u64 = 1 << 31;
 const COUNT: u64 = CLOSED - 1;
 
+/// The most bytes of one [`Team::warm`] request the helpers ask for: about a core's L2, so the
+/// first lines asked for are still there when the next region reads them.
+const WARM_LIMIT: usize = 1 << 20;
+/// Bytes a helper asks for between two looks for an opening region.
+const WARM_PIECE: usize = 4096;
+
 type Job = dyn Fn() + Sync;
 
 struct Inner {
@@ -45,6 +51,27 @@ struct Inner {
     lock: Mutex<()>,
     wake: Condvar,
     shutdown: AtomicBool,
+    warm: Warm,
+}
+
+/// The bytes the next region will read, for idle helpers to ask the memory for ahead of it
+/// ([`Team::warm`]). `seq` is odd while the leader rewrites `start` and `len`.
+#[derive(Default)]
+struct Warm {
+    seq: AtomicU64,
+    start: AtomicUsize,
+    len: AtomicUsize,
+}
+
+impl Warm {
+    /// The request numbered `seq`, if it is still the current one and was read whole.
+    fn read(&self, seq: u64) -> Option<(usize, usize)> {
+        let (start, len) = (
+            self.start.load(Ordering::Acquire),
+            self.len.load(Ordering::Acquire),
+        );
+        (seq.is_multiple_of(2) && self.seq.load(Ordering::Acquire) == seq).then_some((start, len))
+    }
 }
 
 // SAFETY: `job` is written only by the leader while the region is closed with no helper inside
@@ -80,12 +107,17 @@ impl Team {
             lock: Mutex::new(()),
             wake: Condvar::new(),
             shutdown: AtomicBool::new(false),
+            warm: Warm::default(),
         });
         for i in 1..threads {
             let inner = inner.clone();
+            let place = Place {
+                index: i - 1,
+                helpers: threads - 1,
+            };
             std::thread::Builder::new()
                 .name(format!("anemone-team-{i}"))
-                .spawn(move || helper(&inner))?;
+                .spawn(move || helper(&inner, place))?;
         }
         Ok(Team {
             inner,
@@ -115,6 +147,26 @@ impl Team {
 
     pub fn threads(&self) -> usize {
         self.threads
+    }
+
+    /// Asks the idle helpers to bring the first bytes of `start..start + len` (at most
+    /// [`WARM_LIMIT`]) toward their caches until the next region opens: the bytes the next
+    /// region will stream (a decode step's next projection weights), asked for while the
+    /// caller runs the serial ops between two regions and the memory would be idle. Software
+    /// prefetch only: the bytes are never dereferenced (they need not stay mapped), and no
+    /// value changes. Asking again for the current range does nothing.
+    pub fn warm(&self, start: *const u8, len: usize) {
+        let warm = &self.inner.warm;
+        if self.threads == 1
+            || (warm.start.load(Ordering::Relaxed) == start as usize
+                && warm.len.load(Ordering::Relaxed) == len)
+        {
+            return;
+        }
+        warm.seq.fetch_add(1, Ordering::AcqRel);
+        warm.start.store(start as usize, Ordering::Release);
+        warm.len.store(len, Ordering::Release);
+        warm.seq.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Runs `work` on the calling thread and on every helper that joins in time; returns when
@@ -194,10 +246,52 @@ impl Drop for Team {
     }
 }
 
-fn helper(inner: &Inner) {
+/// A helper's index among the team's `helpers`: which pieces of a warm request it asks for.
+#[derive(Clone, Copy)]
+struct Place {
+    index: usize,
+    helpers: usize,
+}
+
+/// Asks for this helper's pieces of warm request `seq` until it is done, replaced, or a region
+/// opens after region `seen`.
+fn warm(inner: &Inner, place: Place, seq: u64, seen: u64) {
+    let Some((start, len)) = inner.warm.read(seq) else {
+        return;
+    };
+    let interrupted = || {
+        inner.state.load(Ordering::Relaxed) >> 32 != seen
+            || inner.warm.seq.load(Ordering::Relaxed) != seq
+    };
+    let pieces = len.min(WARM_LIMIT).div_ceil(WARM_PIECE);
+    for piece in (place.index..pieces).step_by(place.helpers) {
+        if interrupted() {
+            return;
+        }
+        prefetch_piece(start.wrapping_add(piece * WARM_PIECE));
+    }
+}
+
+/// Asks for the cache lines of the [`WARM_PIECE`] bytes at `at` (into L2).
+fn prefetch_piece(at: usize) {
+    #[cfg(target_arch = "x86_64")]
+    for line in (0..WARM_PIECE).step_by(64) {
+        // SAFETY: a prefetch is a hint: it never dereferences its address and never faults.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(
+                at.wrapping_add(line) as *const i8,
+            )
+        };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = at;
+}
+
+fn helper(inner: &Inner, place: Place) {
     let mut seen = inner.state.load(Ordering::Acquire) >> 32;
     let mut idle_since = Instant::now();
     let mut spins = 0u32;
+    let mut warmed = inner.warm.seq.load(Ordering::Acquire);
     loop {
         if inner.shutdown.load(Ordering::Relaxed) {
             return;
@@ -226,6 +320,13 @@ fn helper(inner: &Inner) {
             inner.state.fetch_sub(1, Ordering::Release);
             idle_since = Instant::now();
             spins = 0;
+            continue;
+        }
+        let warm_seq = inner.warm.seq.load(Ordering::Acquire);
+        if warm_seq != warmed && warm_seq.is_multiple_of(2) {
+            warmed = warm_seq;
+            warm(inner, place, warm_seq, seen);
+            idle_since = Instant::now();
             continue;
         }
         spins = spins.wrapping_add(1);
@@ -390,6 +491,32 @@ mod tests {
                     });
                     assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn warm_requests_for_any_bytes_leave_regions_whole() {
+        // freed memory, the top of the address space, nothing: a request is a hint only
+        let freed = vec![0u8; 2 * WARM_LIMIT];
+        let freed_at = freed.as_ptr();
+        drop(freed);
+        let requests = [
+            (freed_at, 2 * WARM_LIMIT),
+            ((usize::MAX - 100) as *const u8, usize::MAX),
+            (std::ptr::null(), 0),
+        ];
+        for threads in [1, 2, 3] {
+            let team = Team::new(threads).unwrap();
+            for (start, len) in requests {
+                team.warm(start, len);
+                // a helper is inside the request, or done with it, when the region opens
+                std::thread::sleep(Duration::from_micros(100));
+                let hits: Vec<AtomicUsize> = (0..64).map(|_| AtomicUsize::new(0)).collect();
+                for_each_block(Some(&team), hits.len(), &|b| {
+                    hits[b].fetch_add(1, Ordering::Relaxed);
+                });
+                assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
             }
         }
     }

@@ -264,7 +264,13 @@ impl LoadedPackage {
                 Fused::No | Fused::View { .. } if observer.is_some() => {
                     run_any(&mut frame, &f.steps, i, &mut stash).map_err(op_err)?
                 }
-                Fused::No => run_any(&mut frame, &f.steps, i, &mut stash).map_err(op_err)?,
+                Fused::No => {
+                    let outs = run_any(&mut frame, &f.steps, i, &mut stash).map_err(op_err)?;
+                    if let (Some(next), Some(team)) = (f.warm_after[i], crate::team::current()) {
+                        team.warm(next.bytes.start as *const u8, next.bytes.len);
+                    }
+                    outs
+                }
                 Fused::Elided => vec![],
                 Fused::ReadsInPlace(name) => {
                     frame.alias(step, name);

@@ -90,6 +90,9 @@ pub(crate) struct PreparedFunction {
     /// Whether the steps never enter rayon under f32 accumulation
     /// ([`crate::plan::runs_without_pool`]).
     pub without_pool: bool,
+    /// After projection step `i`, the next projection's weight bytes, for the team to warm
+    /// ([`crate::plan::warm_after`]).
+    pub warm_after: Vec<Option<crate::plan::WarmNext>>,
 }
 
 /// A package loaded from disk and prepared for execution in one precision.
@@ -255,6 +258,20 @@ impl LoadedPackage {
             .zip(&f.chain_starts)
             .filter(|(_, chain)| chain.is_some())
             .map(|(s, _)| s.name.as_str())
+            .collect())
+    }
+
+    /// Every projection of `function` whose region is followed by the team's idle helpers
+    /// asking the memory for the weights of the next projection of another input, with that
+    /// projection ([`crate::plan::warm_after`]).
+    pub fn warmed_projections(&self, function: &str) -> Result<Vec<(&str, &str)>> {
+        let f = self.function(function)?;
+        Ok(f.steps
+            .iter()
+            .zip(&f.warm_after)
+            .filter_map(|(s, next)| {
+                Some((s.name.as_str(), f.steps[next.as_ref()?.step].name.as_str()))
+            })
             .collect())
     }
 
@@ -430,6 +447,17 @@ fn prepare(path: &Path, f: &Function, caches: &mut Caches) -> Result<PreparedFun
     let chain_starts = (0..steps.len())
         .map(|i| crate::interp::chains::matches(&steps[i..]))
         .collect();
+    let warm_after = crate::plan::warm_after(&steps, &|v| {
+        let (start, len) = match (f32_weights.get(&v), half_weights.get(&v)) {
+            (Some(w), _) => (w.values().as_ptr() as usize, 4 * w.values().len()),
+            (None, Some(w)) => {
+                let (start, len) = w.streamed_bytes();
+                (start as usize, len)
+            }
+            (None, None) => return None,
+        };
+        Some(crate::plan::WeightBytes { start, len })
+    });
     Ok(PreparedFunction {
         name: f.name().to_string(),
         signature: Signature {
@@ -448,6 +476,7 @@ fn prepare(path: &Path, f: &Function, caches: &mut Caches) -> Result<PreparedFun
         head_starts,
         chain_starts,
         without_pool,
+        warm_after,
     })
 }
 

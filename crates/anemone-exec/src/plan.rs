@@ -237,3 +237,53 @@ pub(crate) fn runs_without_pool(f: &Function, steps: &[Step], half: &dyn Fn(Var)
         _ => true,
     })
 }
+
+/// Where a weight's bytes lie (`start` as an address) and how many there are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct WeightBytes {
+    pub start: usize,
+    pub len: usize,
+}
+
+/// The projection step a projection's region is followed by, and its weight bytes.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct WarmNext {
+    pub step: usize,
+    pub bytes: WeightBytes,
+}
+
+/// For every projection step (a conv or linear whose weight `streamed` places), the next
+/// projection that reads another input — a layer's q/k/v → its output projection → gate/up →
+/// down → the next layer's q/k/v: its weight bytes are what the team's idle helpers ask the
+/// memory for while the serial ops between the two run ([`anemone_backend::team::Team::warm`]).
+/// A projection reading the same input runs in the same region, so it is skipped.
+pub(crate) fn warm_after(
+    steps: &[Step],
+    streamed: &dyn Fn(Var) -> Option<WeightBytes>,
+) -> Vec<Option<WarmNext>> {
+    let projection = |s: &Step| match &s.op {
+        Op::Conv { x, weight, .. } | Op::Linear { x, weight, .. } => {
+            streamed(*weight).map(|w| (*x, w))
+        }
+        _ => None,
+    };
+    let mut targets = vec![None; steps.len()];
+    // the nearest later projection (its input and itself), and the nearest later one reading
+    // another input than it
+    let mut nearest: Option<(Var, WarmNext)> = None;
+    let mut nearest_other: Option<WarmNext> = None;
+    for (i, step) in steps.iter().enumerate().rev() {
+        let Some((x, bytes)) = projection(step) else {
+            continue;
+        };
+        match nearest {
+            Some((later_x, later)) if later_x != x => {
+                targets[i] = Some(later);
+                nearest_other = Some(later);
+            }
+            _ => targets[i] = nearest_other,
+        }
+        nearest = Some((x, WarmNext { step: i, bytes }));
+    }
+    targets
+}
