@@ -447,12 +447,13 @@ fn prepare(path: &Path, f: &Function, caches: &mut Caches) -> Result<PreparedFun
     let chain_starts = (0..steps.len())
         .map(|i| crate::interp::chains::matches(&steps[i..]))
         .collect();
+    // plain fp16 and f32 weights: the fused kernels of compressed ones gained nothing from it
     let warm_after = crate::plan::warm_after(&steps, &|v| {
         let (start, len) = match (f32_weights.get(&v), half_weights.get(&v)) {
             (Some(w), _) => (w.values().as_ptr() as usize, 4 * w.values().len()),
             (None, Some(w)) => {
-                let (start, len) = w.streamed_bytes();
-                (start as usize, len)
+                let values = w.as_f16()?;
+                (values.as_ptr() as usize, 2 * values.len())
             }
             (None, None) => return None,
         };

@@ -361,19 +361,6 @@ impl HalfWeight {
         }
     }
 
-    /// Where the bytes a matvec of this weight streams lie, and how many: its fp16 values,
-    /// integer data or palette indices (not the scales or palettes).
-    pub fn streamed_bytes(&self) -> (*const u8, usize) {
-        match &self.data {
-            WeightData::Half(w) => {
-                let values = w.as_slice();
-                (values.as_ptr().cast(), std::mem::size_of_val(values))
-            }
-            WeightData::ShiftScale { data, .. } => (data.bytes().as_ptr(), data.bytes().len()),
-            WeightData::Lut { indices, .. } => (indices.bytes().as_ptr(), indices.bytes().len()),
-        }
-    }
-
     /// Rows × columns of the weight as a matrix.
     pub fn rows_cols(&self) -> (usize, usize) {
         (self.shape[0], self.shape[1])

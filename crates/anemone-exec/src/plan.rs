@@ -256,13 +256,15 @@ pub(crate) struct WarmNext {
 /// projection that reads another input — a layer's q/k/v → its output projection → gate/up →
 /// down → the next layer's q/k/v: its weight bytes are what the team's idle helpers ask the
 /// memory for while the serial ops between the two run ([`anemone_backend::team::Team::warm`]).
-/// A projection reading the same input runs in the same region, so it is skipped.
+/// A projection reading the same input runs in the same region, so it is skipped. Only
+/// single-position projections (a decode step's matvecs, which stream their weights once) take
+/// part: a prefill's products reuse what is in the caches.
 pub(crate) fn warm_after(
     steps: &[Step],
     streamed: &dyn Fn(Var) -> Option<WeightBytes>,
 ) -> Vec<Option<WarmNext>> {
     let projection = |s: &Step| match &s.op {
-        Op::Conv { x, weight, .. } | Op::Linear { x, weight, .. } => {
+        Op::Conv { x, weight, .. } | Op::Linear { x, weight, .. } if one_position(s) => {
             streamed(*weight).map(|w| (*x, w))
         }
         _ => None,
@@ -286,4 +288,16 @@ pub(crate) fn warm_after(
         nearest = Some((x, WarmNext { step: i, bytes }));
     }
     targets
+}
+
+/// Whether a conv's or linear's output is one position (`[1, C, 1, 1]`, `[1, C]`).
+fn one_position(step: &Step) -> bool {
+    step.out_types.first().is_some_and(|ty| {
+        let shape = &ty.shape;
+        match shape.len() {
+            4 => shape[0] == 1 && shape[2] == 1 && shape[3] == 1,
+            2 => shape[0] == 1,
+            _ => false,
+        }
+    })
 }

@@ -1,6 +1,7 @@
 //! While the serial ops between two projection regions of a decode step run, the team's idle
 //! helpers ask the memory for the next projection's weights. The projection each one warms is
-//! the next one reading another input, in the order a decoder layer runs them.
+//! the next one reading another input, in the order a decoder layer runs them; a prefill's
+//! products (which reuse what is in the caches) warm nothing.
 
 use anemone_exec::LoadedPackage;
 use anemone_models::ane::{
@@ -32,6 +33,7 @@ fn warmed(precision: Precision) -> (Vec<(String, String)>, usize) {
         .manifest;
     assert_eq!(manifest.chunks.len(), 1);
     let pkg = LoadedPackage::load(&out.join(&manifest.chunks[0].path), precision).unwrap();
+    assert_eq!(pkg.warmed_projections(names::PREFILL).unwrap(), vec![]);
     let pairs = pkg
         .warmed_projections(names::DECODE)
         .unwrap()
