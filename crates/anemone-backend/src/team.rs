@@ -150,7 +150,7 @@ impl Team {
     }
 
     /// Asks the idle helpers to bring the first bytes of `start..start + len` (at most
-    /// [`WARM_LIMIT`]) toward their caches until the next region opens: the bytes the next
+    /// `WARM_LIMIT`, 1 MiB) toward their caches until the next region opens: the bytes the next
     /// region will stream (a decode step's next projection weights), asked for while the
     /// caller runs the serial ops between two regions and the memory would be idle. Software
     /// prefetch only: the bytes are never dereferenced (they need not stay mapped), and no

@@ -263,7 +263,7 @@ impl LoadedPackage {
 
     /// Every projection of `function` whose region is followed by the team's idle helpers
     /// asking the memory for the weights of the next projection of another input, with that
-    /// projection ([`crate::plan::warm_after`]).
+    /// projection (`plan::warm_after`).
     pub fn warmed_projections(&self, function: &str) -> Result<Vec<(&str, &str)>> {
         let f = self.function(function)?;
         Ok(f.steps

@@ -312,7 +312,7 @@ fn check_replaceable(target: &Path, policy: &ReplacePolicy<'_>) -> Result<(), St
 
 /// Partial outputs in `dir` whose writer is no longer running: this version's
 /// `.NAME.anemone-partial` directories whose lock nobody holds, and the `.NAME.tmp-PID` debris of
-/// earlier versions (see [`is_legacy_debris`]).
+/// earlier versions (see `is_legacy_debris`).
 pub fn stale_partials(dir: &Path) -> Result<Vec<PathBuf>, StagingError> {
     let mut out = Vec::new();
     for entry in fs::read_dir(dir).map_err(io(dir))? {

@@ -1,6 +1,6 @@
 //! Encoders: the config and pooling ([`config`]), opening a Hugging Face encoder directory
 //! through its family ([`open_encoder`]), tokenization that never truncates ([`tokenize`]), the
-//! fp32 reference forward ([`reference`]), the ANE graph with one function per length bucket
+//! fp32 reference forward ([`mod@reference`]), the ANE graph with one function per length bucket
 //! ([`ane`]) and the encoder bundle ([`bundle`]).
 
 pub mod ane;

@@ -5,7 +5,7 @@
 //!
 //! Norm weights: transformers stores `w` and multiplies by `1 + w`; llama.cpp's converter stores
 //! `1 + w`. A Hugging Face checkpoint is opened with its norm tensors read as `1 + w`
-//! ([`UnitOffsetNorms`]), so every consumer sees the multiplier and uses the shared norm blocks.
+//! (`UnitOffsetNorms`), so every consumer sees the multiplier and uses the shared norm blocks.
 //!
 //! Hugging Face `model_type` `gemma3_text` (transformers 4 and 5 config layouts); GGUF
 //! `general.architecture` `gemma3`, whose sliding pattern, local RoPE base and attention scalar

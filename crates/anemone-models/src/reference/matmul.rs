@@ -6,7 +6,7 @@
 //! is one 16-lane accumulator — lane `l` sums `x[s][k]·w[o][k]` (fused) for `k ≡ l (mod 16)` in
 //! increasing `k`, the tail of a row masked to zero — reduced by `_mm512_reduce_add_ps`; every
 //! output outside it (the last `rows % 4` rows, the last `n_out % 4` columns) is
-//! [`dot`](super::kernels::dot). Tiles of any shape inside the region compute exactly those sums.
+//! [`super::kernels::dot`]. Tiles of any shape inside the region compute exactly those sums.
 
 #![cfg(target_arch = "x86_64")]
 
