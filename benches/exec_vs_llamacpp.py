@@ -42,11 +42,14 @@ PROMPT_TEXT = (
 def anemone_run(binary, model, prompt, forced, threads, extra):
     csv = lambda ids: ",".join(map(str, ids))
     with tempfile.NamedTemporaryFile("r") as rss:
-        cmd = ["/usr/bin/time", "-f", "%M", "-o", rss.name, str(binary), "generate", str(model),
-               "--prompt-ids", csv(prompt), "--force-ids", csv(forced), "--threads", str(threads),
-               "--json", "--no-verify", *extra]
+        cmd = ["/usr/bin/time", "-f", "%M %R %F", "-o", rss.name, str(binary), "generate",
+               str(model), "--prompt-ids", csv(prompt), "--force-ids", csv(forced), "--threads",
+               str(threads), "--json", "--no-verify", *extra]
         out = subprocess.run(cmd, check=True, capture_output=True, text=True)
-        peak_kib = int(rss.read().strip().splitlines()[-1])
+        peak_kib, minor, major = map(int, rss.read().strip().splitlines()[-1].split())
+    # a run whose weights are not where the last left them (page cache, huge folios) shows here
+    print(f"  {pathlib.Path(model).name}: {minor} minor / {major} major page faults",
+          file=sys.stderr)
     d = json.loads(out.stdout)
     return d["prefill_tok_s"], d["decode_tok_s"], peak_kib / 1024
 
