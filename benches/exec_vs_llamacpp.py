@@ -5,12 +5,14 @@ For each real model (SmolLM2-135M Q4_1, Qwen2.5-0.5B Q4_K_M GGUFs) this builds, 
 an F16 and an F32 GGUF (every tensor of the quantized file dequantized with `gguf`, so all
 engines hold the same weights), and anemone fp16 and fp32 bundles (`anemone convert`). Then,
 interleaved round by round (best of --repeats): llama.cpp (llama-cpp-python) on the F16 and F32
-GGUFs, `anemone generate` on the fp16 bundle (executor fp16), the fp32 bundle (executor fp32)
-and the checkpoint (fp32 reference). Every engine prefills the same --prompt-tokens prompt and
-then decodes --new-tokens tokens teacher-forced along llama.cpp F32's greedy path, so all do the
-same work. anemone's figures are its own `generate --json` timings; its peak resident memory is
-measured per run (`/usr/bin/time`). Prints the ratio table (anemone / llama.cpp at equal
-precision; ≥ 1.00× means as fast or faster).
+GGUFs, anemone's executor on the fp16 and fp32 bundles and its fp32 reference on the checkpoint.
+Every engine prefills the same --prompt-tokens prompt and then decodes --new-tokens tokens
+(llama.cpp teacher-forced along its F32 greedy path, anemone along its own greedy path: the same
+work a token), and every run is warm: llama.cpp's engines are loaded once and run greedy before
+the rounds, anemone's figures are `anemone bench --json` timings of one run after an untimed one
+in the same process. anemone's peak resident memory is that of one `anemone generate` of the
+same prompt and forced tokens (`/usr/bin/time`, in the first round). Prints the ratio table
+(anemone / llama.cpp at equal precision; ≥ 1.00× means as fast or faster).
 """
 
 import argparse
@@ -39,19 +41,34 @@ PROMPT_TEXT = (
 )
 
 
-def anemone_run(binary, model, prompt, forced, threads, extra):
+def anemone_run(binary, model, prompt, new_tokens, threads):
+    """Prefill and decode tok/s of one timed run after one untimed warm-up in the same process
+    (`anemone bench`), as llama.cpp's engines run warm: they are loaded once and run greedy
+    before the rounds. A fresh process's first prompt can run on memory just read from disk,
+    which a VM's host may still be faulting in (see the README's session 25)."""
+    csv = lambda ids: ",".join(map(str, ids))
+    backend = ["--backend", "executor"] if model.is_dir() else []
+    cmd = [str(binary), "bench", str(model), *backend, "--prompt-ids", csv(prompt), "--gen",
+           str(new_tokens + 1), "--warmup", "1", "--runs", "1", "--threads", str(threads),
+           "--json", "--no-verify"]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    result = json.loads(out.stdout)["results"][0]
+    return result["prefill_tok_s"], result["decode_tok_s"]
+
+
+def anemone_peak_rss(binary, model, prompt, forced, threads):
+    """Peak resident MiB of one `anemone generate` (load, the prompt, the forced tokens), the
+    command a user runs."""
     csv = lambda ids: ",".join(map(str, ids))
     with tempfile.NamedTemporaryFile("r") as rss:
         cmd = ["/usr/bin/time", "-f", "%M %R %F", "-o", rss.name, str(binary), "generate",
                str(model), "--prompt-ids", csv(prompt), "--force-ids", csv(forced), "--threads",
-               str(threads), "--json", "--no-verify", *extra]
-        out = subprocess.run(cmd, check=True, capture_output=True, text=True)
+               str(threads), "--json", "--no-verify"]
+        subprocess.run(cmd, check=True, capture_output=True, text=True)
         peak_kib, minor, major = map(int, rss.read().strip().splitlines()[-1].split())
-    # a run whose weights are not where the last left them (page cache, huge folios) shows here
-    print(f"  {pathlib.Path(model).name}: {minor} minor / {major} major page faults",
-          file=sys.stderr)
-    d = json.loads(out.stdout)
-    return d["prefill_tok_s"], d["decode_tok_s"], peak_kib / 1024
+    print(f"  {pathlib.Path(model).name}: peak RSS {peak_kib / 1024:.0f} MiB, {minor} minor / "
+          f"{major} major page faults", file=sys.stderr)
+    return peak_kib / 1024
 
 
 def main():
@@ -127,34 +144,28 @@ def main():
         prompt = llama["F32"].llm.tokenize(PROMPT_TEXT.encode(), add_bos=False)[: args.prompt_tokens]
         assert len(prompt) == args.prompt_tokens, "prompt text too short"
         forced = llama["F32"].greedy(prompt, args.new_tokens)
+        # (label, a llama.cpp engine or what anemone runs)
         engines = [
-            ("llama.cpp F16", lambda: llama["F16"].timed(prompt, forced) + (None,)),
-            ("llama.cpp F32", lambda: llama["F32"].timed(prompt, forced) + (None,)),
-            ("anemone executor, fp16 bundle",
-             lambda: anemone_run(binary, bundles["fp16"], prompt, forced, args.threads, [])),
-            ("anemone executor, fp32 bundle",
-             lambda: anemone_run(binary, bundles["fp32"], prompt, forced, args.threads, [])),
-            ("anemone reference, fp32", lambda: anemone_run(binary, src, prompt, forced, args.threads, [])),
+            ("llama.cpp F16", llama["F16"]),
+            ("llama.cpp F32", llama["F32"]),
+            ("anemone executor, fp16 bundle", bundles["fp16"]),
+            ("anemone executor, fp32 bundle", bundles["fp32"]),
+            ("anemone reference, fp32", src),
         ]
         if args.quantized:
-            engines += [
-                ("llama.cpp Q8_0", lambda: llama["Q8_0"].timed(prompt, forced) + (None,)),
-                ("llama.cpp Q4_0", lambda: llama["Q4_0"].timed(prompt, forced) + (None,)),
-                ("anemone executor, int8 bundle",
-                 lambda: anemone_run(binary, bundles["int8"], prompt, forced, args.threads, [])),
-                ("anemone executor, int4 bundle",
-                 lambda: anemone_run(binary, bundles["int4"], prompt, forced, args.threads, [])),
-                ("anemone executor, grid int8 bundle",
-                 lambda: anemone_run(binary, bundles["grid int8"], prompt, forced, args.threads, [])),
-                ("anemone executor, lut8 bundle",
-                 lambda: anemone_run(binary, bundles["lut8"], prompt, forced, args.threads, [])),
-                ("anemone executor, lut4 bundle",
-                 lambda: anemone_run(binary, bundles["lut4"], prompt, forced, args.threads, [])),
-            ]
+            engines += [("llama.cpp Q8_0", llama["Q8_0"]), ("llama.cpp Q4_0", llama["Q4_0"])]
+            engines += [(f"anemone executor, {kind} bundle", bundles[kind])
+                        for kind in ("int8", "int4", "grid int8", "lut8", "lut4")]
         best = {}
         for round_ in range(args.repeats):
-            for label, run in engines:
-                pf, dc, rss = run()
+            for label, engine in engines:
+                rss = None
+                if isinstance(engine, LlamaEngine):
+                    pf, dc = engine.timed(prompt, forced)
+                else:
+                    pf, dc = anemone_run(binary, engine, prompt, len(forced), args.threads)
+                    if round_ == 0:
+                        rss = anemone_peak_rss(binary, engine, prompt, forced, args.threads)
                 print(f"{name} round {round_ + 1}: {label}: prefill {pf:.1f} / decode {dc:.2f} "
                       f"tok/s", file=sys.stderr)
                 b = best.setdefault(label, [0.0, 0.0, rss])
@@ -186,9 +197,11 @@ def main():
                          "kv_mib": kv_bytes.get(label, 0) / 2**20,
                          "ratio": ratio})
     load_after = os.getloadavg()
-    print(f"\n{args.threads} threads, {args.prompt_tokens}-token prompt, {args.new_tokens} tokens "
-          f"teacher-forced along llama.cpp F32's greedy path, best of {args.repeats} interleaved "
-          f"rounds; load average {load_before[0]:.1f} before, {load_after[0]:.1f} after\n")
+    print(f"\n{args.threads} threads, {args.prompt_tokens}-token prompt, {args.new_tokens} decoded "
+          f"tokens (llama.cpp teacher-forced along its F32 greedy path, anemone greedy), each run "
+          f"warm (llama.cpp loaded once, anemone after one untimed run in its process), best of "
+          f"{args.repeats} interleaved rounds; peak RSS of one `anemone generate`; load average "
+          f"{load_before[0]:.1f} before, {load_after[0]:.1f} after\n")
     print("| model | engine | prefill tok/s | decode tok/s | peak RSS MiB (weights MiB) | RSS / (weights + KV) | ratio to llama.cpp at equal precision, LUT and grid int8 to the fp16 bundle (prefill / decode) |")
     print("|---|---|---:|---:|---:|---:|---|")
     for r in rows:

@@ -177,3 +177,53 @@ fn bench_peer_errors_name_the_cause_and_leave_nothing_behind() {
         "{stderr}"
     );
 }
+
+#[test]
+fn bench_runs_the_prompt_ids_given_and_names_one_outside_the_vocabulary() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = support::small_bundle(dir.path());
+    let python = stand_in_python(dir.path(), STAND_IN);
+    let source = dir.path().join("source.gguf");
+    std::fs::write(&source, b"GGUF").unwrap();
+    let bench = |prompt_ids: &str| {
+        support::anemone(&[
+            "bench",
+            bundle.to_str().unwrap(),
+            "--llama-cpp",
+            source.to_str().unwrap(),
+            "--python",
+            python.to_str().unwrap(),
+            "--prompt-ids",
+            prompt_ids,
+            "--gen",
+            "2",
+            "--runs",
+            "1",
+            "--warmup",
+            "0",
+            "--threads",
+            "1",
+            "--json",
+        ])
+    };
+    let out = bench("5,3,9");
+    assert!(out.status.success(), "{}", support::text(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["prompt_len"], 3);
+    assert_eq!(report["results"][0]["raw"][0]["prompt_tokens"], 3);
+    let log = std::fs::read_to_string(dir.path().join("requests.jsonl")).unwrap();
+    let request: Value = serde_json::from_str(log.lines().nth(1).unwrap()).unwrap();
+    assert_eq!(
+        request["prompt"],
+        serde_json::json!([5, 3, 9]),
+        "the peer prefills the same ids"
+    );
+
+    let out = bench("5,100000");
+    assert!(!out.status.success());
+    let err = support::text(&out.stderr);
+    assert!(
+        err.contains("--prompt-ids") && err.contains("100000"),
+        "{err}"
+    );
+}

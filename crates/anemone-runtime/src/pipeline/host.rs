@@ -79,6 +79,15 @@ impl<T: Plain> Values<T> {
         }
     }
 
+    /// Asks the kernel to read mapped bytes into the page cache in the background, without
+    /// mapping them (no resident memory is added); owned values are in memory already.
+    fn read_ahead(&self) {
+        if let Values::Mapped { map, range } = self {
+            // a hint: a refusal leaves the bytes to be read when they are touched
+            let _ = map.advise_range(memmap2::Advice::WillNeed, range.start, range.len());
+        }
+    }
+
     fn as_slice(&self) -> &[T] {
         match self {
             // the range was checked to read in place when the value was made
@@ -114,6 +123,13 @@ impl HostTensor {
         match self {
             HostTensor::F32(v) => rows_serial(&v.as_slice()[range], x, out),
             HostTensor::F16(v) => rows_serial_f16(&v.as_slice()[range], x, out),
+        }
+    }
+
+    fn read_ahead(&self) {
+        match self {
+            HostTensor::F32(v) => v.read_ahead(),
+            HostTensor::F16(v) => v.read_ahead(),
         }
     }
 
@@ -216,6 +232,18 @@ impl HostWeights {
     /// Whether [`HostWeights::logits`] is the head (else the LM-head package is).
     pub fn head_on_host(&self) -> bool {
         self.head_on_host
+    }
+
+    /// To be called when a prompt starts: the host LM head, read whole at every logits, is read
+    /// into the page cache in the background while the prompt runs through the chunks. Its
+    /// cached pages are mapped only from the first logits on, and a kernel that reclaims idle
+    /// page cache (memory pressure, or proactive reclaim such as DAMON's) may have dropped them
+    /// since the load or the last step; faulted back in from disk inside the logits they cost
+    /// more than the prefill itself (the project's benchmark host, Qwen2.5 fp32 bundle).
+    pub fn start_prompt(&self) {
+        if self.head_on_host {
+            self.lm_head.as_ref().unwrap_or(&self.embed).read_ahead();
+        }
     }
 
     /// `lm_head(rms_norm(x) · w)` for one hidden vector, in f32, its rows spread over `team`

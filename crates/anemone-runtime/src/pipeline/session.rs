@@ -144,6 +144,10 @@ impl<'p, B: Backend> Session<'p, B> {
         {
             return self.reencode(ids, trace);
         }
+        if ids.len() >= 2 {
+            // a prompt (a single id is a decode step, which reads the head every token)
+            p.host.start_prompt();
+        }
         let layout = p.manifest.kv_layout();
         let prefill_len = p.manifest.conversion.prefill_len;
         let traced_chunks = if trace { p.chunks.len() } else { 0 };

@@ -19,9 +19,10 @@ use super::bench_peer::{self, GgufType, LlamaCppPeer};
 /// Benchmark a checkpoint or bundle locally, or a running server (--url).
 ///
 /// Local: the model is loaded once (load time reported apart), then --warmup untimed and --runs
-/// timed runs each prefill a synthetic prompt of --prompt-len tokens and generate --gen greedy
-/// tokens. Reports TTFT (= prefill), prefill and decode tok/s, per-token latency p50/p95 and
-/// peak RSS, as a table or --json (with machine, OS, commit, model hash and every raw timing).
+/// timed runs each prefill a synthetic prompt of --prompt-len tokens (or --prompt-ids) and
+/// generate --gen greedy tokens. Reports TTFT (= prefill), prefill and decode tok/s, per-token
+/// latency p50/p95 and peak RSS, as a table or --json (with machine, OS, commit, model hash and
+/// every raw timing).
 ///
 /// Server: --concurrency clients send --requests streaming chat completions of --prompt-len
 /// words (or lines of --prompt-file) with max_tokens --gen; reports throughput, TTFT and
@@ -47,6 +48,10 @@ pub struct BenchArgs {
     /// Prompt tokens (local) or words (server) per request.
     #[arg(long, default_value_t = 64)]
     pub prompt_len: usize,
+    /// Local mode: the prompt as comma-separated token ids, instead of --prompt-len synthetic
+    /// ones (a real prompt's ids, e.g. another engine's, to run the same prompt).
+    #[arg(long, value_delimiter = ',', num_args = 1.., conflicts_with_all = ["url", "prompt_len"])]
+    pub prompt_ids: Option<Vec<u32>>,
     /// Tokens to generate per run/request.
     #[arg(long, default_value_t = 32)]
     pub gen: usize,
@@ -142,9 +147,7 @@ fn run_local(args: &BenchArgs, path: &Path) -> Result<()> {
         let load_s = started.elapsed().as_secs_f64();
         let load_timings = engine.load_timings();
         let vocab = engine.vocab_size() as u32;
-        let prompt: Vec<u32> = (0..args.prompt_len.max(1) as u32)
-            .map(|i| (i * 7919 + 13) % vocab)
-            .collect();
+        let prompt = local_prompt(args, vocab)?;
         let bar = indicatif::ProgressBar::new((args.warmup + args.runs) as u64)
             .with_message(format!("{} runs", label(is_bundle, kind)));
         bar.set_style(
@@ -193,7 +196,7 @@ fn run_local(args: &BenchArgs, path: &Path) -> Result<()> {
         report["model_sha256"] = json!(hashes.model);
         report["bundle_sha256"] = json!(hashes.bundle);
         for (key, value) in [
-            ("prompt_len", json!(args.prompt_len)),
+            ("prompt_len", json!(local_prompt_len(args))),
             ("gen", json!(args.gen)),
             ("runs", json!(args.runs)),
             ("warmup", json!(args.warmup)),
@@ -209,7 +212,7 @@ fn run_local(args: &BenchArgs, path: &Path) -> Result<()> {
         println!(
             "{}: prompt {} tokens, {} generated, {} runs (+{} warmup)",
             path.display(),
-            args.prompt_len,
+            local_prompt_len(args),
             args.gen,
             args.runs,
             args.warmup
@@ -234,6 +237,27 @@ fn run_local(args: &BenchArgs, path: &Path) -> Result<()> {
         println!("peak RSS: {:.1} MiB", peak_rss as f64 / (1 << 20) as f64);
     }
     Ok(())
+}
+
+/// The local prompt: --prompt-ids, else --prompt-len synthetic ids spread over the vocabulary.
+fn local_prompt(args: &BenchArgs, vocab: u32) -> Result<Vec<u32>> {
+    match &args.prompt_ids {
+        Some(ids) => {
+            if let Some(id) = ids.iter().find(|&&id| id >= vocab) {
+                bail!("--prompt-ids: token {id} is outside the model's vocabulary of {vocab}");
+            }
+            Ok(ids.clone())
+        }
+        None => Ok((0..args.prompt_len.max(1) as u32)
+            .map(|i| (i * 7919 + 13) % vocab)
+            .collect()),
+    }
+}
+
+fn local_prompt_len(args: &BenchArgs) -> usize {
+    args.prompt_ids
+        .as_ref()
+        .map_or(args.prompt_len.max(1), |ids| ids.len())
 }
 
 /// Starts the llama.cpp peer on `src` at the precision of `model` (or --llama-cpp-type).
@@ -268,7 +292,7 @@ fn start_peer(
     let threads = args
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let context = args.prompt_len.max(1) + args.gen.max(1);
+    let context = local_prompt_len(args) + args.gen.max(1);
     let python = bench_peer::python(args.python.as_ref());
     LlamaCppPeer::start(&python, src, ty, threads, context)
 }
