@@ -210,6 +210,13 @@ fn bench_runs_the_prompt_ids_given_and_names_one_outside_the_vocabulary() {
     assert!(out.status.success(), "{}", support::text(&out.stderr));
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["prompt_len"], 3);
+    if cfg!(target_os = "linux") {
+        assert!(
+            report["file_huge_mapped_bytes"].is_u64(),
+            "how much of the weights is in huge pages: {}",
+            report["file_huge_mapped_bytes"]
+        );
+    }
     assert_eq!(report["results"][0]["raw"][0]["prompt_tokens"], 3);
     let log = std::fs::read_to_string(dir.path().join("requests.jsonl")).unwrap();
     let request: Value = serde_json::from_str(log.lines().nth(1).unwrap()).unwrap();

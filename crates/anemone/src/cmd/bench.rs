@@ -202,6 +202,7 @@ fn run_local(args: &BenchArgs, path: &Path) -> Result<()> {
             ("warmup", json!(args.warmup)),
             ("threads", json!(args.threads)),
             ("peak_rss_bytes", json!(peak_rss)),
+            ("file_huge_mapped_bytes", json!(file_huge_mapped_bytes())),
             ("results", json!(results)),
             ("peer", json!(peer_result)),
         ] {
@@ -586,4 +587,14 @@ fn peak_rss_bytes() -> u64 {
         }
     }
     0
+}
+
+/// Bytes of files (the weights) this process maps in huge pages at the end of the runs
+/// (`FilePmdMapped` of `/proc/self/smaps_rollup`); `None` where the system cannot tell. A
+/// decode streams every weight a token: in 4 KiB pages it misses the TLB on every page.
+fn file_huge_mapped_bytes() -> Option<u64> {
+    let rollup = std::fs::read_to_string("/proc/self/smaps_rollup").ok()?;
+    let line = rollup.lines().find(|l| l.starts_with("FilePmdMapped:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }
