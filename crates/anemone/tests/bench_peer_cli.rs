@@ -42,13 +42,20 @@ for line in sys.stdin:
                       "peak_rss_bytes": 1 << 20}), flush=True)
 "#;
 
-#[test]
-fn bench_runs_the_peer_along_anemones_tokens_and_reports_ratios() {
+/// A temporary directory with a small bundle, the [`STAND_IN`] peer's `python` and a
+/// stand-in source GGUF (never read by the stand-in).
+fn stand_in_setup() -> (tempfile::TempDir, PathBuf, PathBuf, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let bundle = support::small_bundle(dir.path());
     let python = stand_in_python(dir.path(), STAND_IN);
     let source = dir.path().join("source.gguf");
     std::fs::write(&source, b"GGUF").unwrap();
+    (dir, bundle, python, source)
+}
+
+#[test]
+fn bench_runs_the_peer_along_anemones_tokens_and_reports_ratios() {
+    let (dir, bundle, python, source) = stand_in_setup();
     let out = support::anemone(&[
         "bench",
         bundle.to_str().unwrap(),
@@ -180,11 +187,7 @@ fn bench_peer_errors_name_the_cause_and_leave_nothing_behind() {
 
 #[test]
 fn bench_runs_the_prompt_ids_given_and_names_one_outside_the_vocabulary() {
-    let dir = tempfile::tempdir().unwrap();
-    let bundle = support::small_bundle(dir.path());
-    let python = stand_in_python(dir.path(), STAND_IN);
-    let source = dir.path().join("source.gguf");
-    std::fs::write(&source, b"GGUF").unwrap();
+    let (dir, bundle, python, source) = stand_in_setup();
     let bench = |prompt_ids: &str| {
         support::anemone(&[
             "bench",
