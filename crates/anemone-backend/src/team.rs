@@ -5,7 +5,7 @@
 //! A decode step runs a few hundred short parallel regions (one per group of projections)
 //! separated by short serial stretches. Rayon parks its idle workers after a few dozen
 //! `sched_yield`s, so most regions paid a futex wake and a reschedule. Helpers of a team spin
-//! on one atomic for [`SPIN`] after their last region before they park, and a region hands out
+//! on one atomic for `SPIN` after their last region before they park, and a region hands out
 //! work in blocks claimed from a shared counter, so a helper that is late (parked, or
 //! preempted by another process) costs nothing: the calling thread takes its blocks. Which
 //! thread computes a block never changes its values.

@@ -1,7 +1,7 @@
 //! The Core ML backend: runs a bundle's `.mlpackage` chunks through `MLModel`, on the Neural
 //! Engine by default, behind the same [`anemone_backend::Backend`] contract as the executor.
 //!
-//! Only Apple targets (`target_vendor = "apple"`) have Core ML: there [`CoreMlBackend`] compiles
+//! Only Apple targets (`target_vendor = "apple"`) have Core ML: there `CoreMlBackend` compiles
 //! each package once into a `.mlmodelc` cached by the package's content hash ([`cache`]), loads
 //! it with the chosen compute units, keeps one `MLState` per session and serializes predictions
 //! per model. Everywhere else the crate holds the platform-independent parts (options, errors,

@@ -22,7 +22,7 @@
 //! When any of this does not hold, [`attend_filled`] answers `None` and the caller runs the
 //! program's ops as they are.
 //!
-//! The kernel holds the intermediate values transposed (`[L × T]`: [`attend_head`]). Its first
+//! The kernel holds the intermediate values transposed (`[L × T]`: `attend_head`). Its first
 //! product is `scoresᵀ = kᵀ·q`, whose elements are the same `d` products summed in the same
 //! order (`d ≤ 256`: one block); the softmax then runs down the columns
 //! ([`super::norm::softmax_columns`], each row's max and sum in order), and `probsᵀ` is the

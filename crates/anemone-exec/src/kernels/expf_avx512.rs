@@ -211,7 +211,7 @@ mod avx512 {
     /// `f32::exp` of 16 lanes: the same bits wherever [`super::verified`] holds.
     ///
     /// The edge branches of `__expf_fma` (taken for |x| ≥ 88 and NaN) as masks: −inf and
-    /// x < [`UNDERFLOW`] give +0, x < [`MAY_UNDERFLOW`] the least subnormal, x > [`OVERFLOW`]
+    /// x < `UNDERFLOW` give +0, x < `MAY_UNDERFLOW` the least subnormal, x > `OVERFLOW`
     /// +inf, NaN `x + x` (quieted, payload kept); the remaining |x| ≥ 88 take the main path,
     /// as in glibc.
     ///

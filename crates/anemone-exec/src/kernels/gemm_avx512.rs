@@ -2,7 +2,7 @@
 //! `gemm` 0.18 bit for bit, with vectors twice as wide as the AVX2 kernels `gemm` runs on stable
 //! Rust.
 //!
-//! What `gemm::gemm` computes, as [`super::linalg::matmul_on`] calls it (row-major `dst`,
+//! What `gemm::gemm` computes, as `linalg::matmul_on` calls it (row-major `dst`,
 //! `alpha = beta = 1`, no conjugation), read from gemm 0.18.2 / gemm-common 0.18.2 /
 //! gemm-f32 0.18.2:
 //! - `dst` is row-major, so `gemm` transposes the problem: it computes `dstᵀ = bᵀ·aᵀ`, with

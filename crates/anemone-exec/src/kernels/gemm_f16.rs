@@ -169,8 +169,8 @@ fn by_panels(
 
 /// `dst [m × n] = W [m × k] · b` for a weight held compressed, whose row `i` `expand_row(i,
 /// out)` writes as f32: the values of `matmul_into` on the whole weight expanded. Only a panel
-/// of rows ([`panel_rows`]) is expanded at a time, into a per-thread buffer, and multiplied by
-/// one single-threaded [`matmul_on`] call (the panels spread over the team): `gemm` and
+/// of rows (`panel_rows`) is expanded at a time, into a per-thread buffer, and multiplied by
+/// one single-threaded `matmul_on` call (the panels spread over the team): `gemm` and
 /// [`super::gemm_avx512`] sum every element in blocks of a length that depends only on k for
 /// such panels and the whole (module docs), so a panel's outputs are the whole product's rows.
 /// Unsplittable shapes expand the whole weight (rows over the pool), as before.

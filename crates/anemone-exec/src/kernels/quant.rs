@@ -243,7 +243,7 @@ pub fn split_used() -> bool {
     false
 }
 
-/// Whether [`dot`] and [`expand`] take `row` (the CPU runs them and the row's shape suits).
+/// Whether `dot` and [`expand`] take `row` (the CPU runs them and the row's shape suits).
 pub fn covers(row: &Row) -> bool {
     available() && row.covered()
 }
@@ -286,7 +286,7 @@ pub struct Projection<'a, F> {
 
 /// [`matvec`] for every projection of `group` (all of the same `x`), in one parallel region of
 /// the decode team (one fork and join for, e.g., a layer's q/k/v): each weight's rows in
-/// blocks of [`rows_per_block`] as its own matvec splits them, each row's value that of its
+/// blocks of `rows_per_block` as its own matvec splits them, each row's value that of its
 /// own matvec, whichever thread runs it. `false` (and the outputs unspecified) when one
 /// weight is not covered (see [`matvec`]).
 pub fn matvec_group<'w, F>(group: &mut [Projection<F>], x: &[f32]) -> bool
@@ -565,7 +565,7 @@ pub fn matvec_by_rows(dst: &mut [f32], k: usize, dot_row: impl Fn(usize) -> f32 
 
 /// `dst[i] = dot(row i, x)` over rows formed as fp16 values by `form_rows(i, rows)` (the rows
 /// from `i` that fill `rows`, `row_bytes` stored bytes each), four rows a pass through the fp16
-/// four-row kernel where the CPU has it (each value [`simd::dot_f16_kernel`]'s bit for bit, as
+/// four-row kernel where the CPU has it (each value [`super::simd::dot_f16_kernel`]'s bit for bit, as
 /// [`matvec_by_rows`] gives), spread over the decode team as the fp16 matvec is.
 pub fn matvec_by_formed_rows(
     dst: &mut [f32],

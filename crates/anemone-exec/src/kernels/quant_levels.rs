@@ -133,7 +133,7 @@ fn level_of(range: Option<(f64, f64, bool)>, scale: f16) -> Split {
 /// there on fp16 rounds to infinity), or already fp16 values. So every nonzero `|v − o|` and
 /// `|r16(v − o) · s|` over the block's possible data `v` must lie in `[2^-14, 65520)`, except
 /// that products of integer differences (no offset, or an integer one: [`Split::Exact`]) may
-/// be subnormal ([`level_of`]).
+/// be subnormal (`level_of`).
 pub fn split_level(signed: bool, scale: f16, offset: Option<f16>) -> Split {
     split_level_of(Bits::Eight, signed, scale, offset)
 }
@@ -151,7 +151,7 @@ pub fn splits(signed: bool, scale: f16, offset: Option<f16>) -> bool {
 
 /// The least [`split_level`] over each run of `per_row` blocks (a row group's) of 8-bit data
 /// with these fp16 scales and offsets (one a block): the same levels, from a table of
-/// [`data_range`] for every fp16 offset (built once), so a weight's check at load is a
+/// `data_range` for every fp16 offset (built once), so a weight's check at load is a
 /// lookup and two products per block.
 pub fn split_levels(
     signed: bool,

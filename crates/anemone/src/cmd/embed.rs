@@ -237,7 +237,7 @@ pub struct ClassifyArgs {
     pub pairs_file: Option<PathBuf>,
 }
 
-/// `--pair` values (A B A B …) or the lines of `--pairs-file` (A<TAB>B) as pairs.
+/// `--pair` values (A B A B …) or the lines of `--pairs-file` (`A<TAB>B`) as pairs.
 fn read_pairs(args: &ClassifyArgs) -> Result<Vec<(String, String)>> {
     if let Some(path) = &args.pairs_file {
         let lines = read_lines(path)?;

@@ -71,7 +71,7 @@ pub struct GateArgs {
     #[command(flatten)]
     pub coreml: super::CoreMlArgs,
 
-    /// Also run every bundle on this engine (KIND[:PRECISION]: executor, executor:fp16-acc,
+    /// Also run every bundle on this engine (KIND or KIND:PRECISION: executor, executor:fp16-acc,
     /// coreml) and compare the two engines step by step and chunk by chunk along the same
     /// forced path: the pairwise report (`pairs` in --json) shows where they part. The compared
     /// engine's own gate is reported (`compared`) without deciding the exit status. Default with
