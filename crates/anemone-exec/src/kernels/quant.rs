@@ -565,8 +565,8 @@ pub fn matvec_by_rows(dst: &mut [f32], k: usize, dot_row: impl Fn(usize) -> f32 
 
 /// `dst[i] = dot(row i, x)` over rows formed as fp16 values by `form_rows(i, rows)` (the rows
 /// from `i` that fill `rows`, `row_bytes` stored bytes each), four rows a pass through the fp16
-/// four-row kernel where the CPU has it (each value [`super::simd::dot_f16_kernel`]'s bit for bit, as
-/// [`matvec_by_rows`] gives), spread over the decode team as the fp16 matvec is.
+/// four-row kernel where the CPU has it (each value [`super::simd::dot_f16_kernel`]'s bit for
+/// bit, as [`matvec_by_rows`] gives), spread over the decode team as the fp16 matvec is.
 pub fn matvec_by_formed_rows(
     dst: &mut [f32],
     x: &[f32],
