@@ -41,12 +41,15 @@ PROMPT_TEXT = (
 )
 
 
+def csv(ids):
+    return ",".join(map(str, ids))
+
+
 def anemone_run(binary, model, prompt, new_tokens, threads):
     """Prefill and decode tok/s of one timed run after one untimed warm-up in the same process
     (`anemone bench`), as llama.cpp's engines run warm: they are loaded once and run greedy
     before the rounds. A fresh process's first prompt can run on memory just read from disk,
     which a VM's host may still be faulting in (see the README's session 25)."""
-    csv = lambda ids: ",".join(map(str, ids))
     backend = ["--backend", "executor"] if model.is_dir() else []
     cmd = [str(binary), "bench", str(model), *backend, "--prompt-ids", csv(prompt), "--gen",
            str(new_tokens + 1), "--warmup", "1", "--runs", "1", "--threads", str(threads),
@@ -65,7 +68,6 @@ def anemone_run(binary, model, prompt, new_tokens, threads):
 def anemone_peak_rss(binary, model, prompt, forced, threads):
     """Peak resident MiB of one `anemone generate` (load, the prompt, the forced tokens), the
     command a user runs."""
-    csv = lambda ids: ",".join(map(str, ids))
     with tempfile.NamedTemporaryFile("r") as rss:
         cmd = ["/usr/bin/time", "-f", "%M %R %F", "-o", rss.name, str(binary), "generate",
                str(model), "--prompt-ids", csv(prompt), "--force-ids", csv(forced), "--threads",

@@ -44,25 +44,50 @@ for line in sys.stdin:
 
 /// A temporary directory with a small bundle, the [`STAND_IN`] peer's `python` and a
 /// stand-in source GGUF (never read by the stand-in).
-fn stand_in_setup() -> (tempfile::TempDir, PathBuf, PathBuf, PathBuf) {
-    let dir = tempfile::tempdir().unwrap();
-    let bundle = support::small_bundle(dir.path());
-    let python = stand_in_python(dir.path(), STAND_IN);
-    let source = dir.path().join("source.gguf");
-    std::fs::write(&source, b"GGUF").unwrap();
-    (dir, bundle, python, source)
+struct StandIn {
+    dir: tempfile::TempDir,
+    bundle: PathBuf,
+    python: PathBuf,
+    source: PathBuf,
+}
+
+impl StandIn {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let bundle = support::small_bundle(dir.path());
+        let python = stand_in_python(dir.path(), STAND_IN);
+        let source = dir.path().join("source.gguf");
+        std::fs::write(&source, b"GGUF").unwrap();
+        StandIn {
+            dir,
+            bundle,
+            python,
+            source,
+        }
+    }
+
+    /// `anemone bench` of the bundle with the stand-in peer, one thread, `--json`, and `args`.
+    fn bench(&self, args: &[&str]) -> std::process::Output {
+        let mut all = vec![
+            "bench",
+            self.bundle.to_str().unwrap(),
+            "--llama-cpp",
+            self.source.to_str().unwrap(),
+            "--python",
+            self.python.to_str().unwrap(),
+            "--threads",
+            "1",
+            "--json",
+        ];
+        all.extend_from_slice(args);
+        support::anemone(&all)
+    }
 }
 
 #[test]
 fn bench_runs_the_peer_along_anemones_tokens_and_reports_ratios() {
-    let (dir, bundle, python, source) = stand_in_setup();
-    let out = support::anemone(&[
-        "bench",
-        bundle.to_str().unwrap(),
-        "--llama-cpp",
-        source.to_str().unwrap(),
-        "--python",
-        python.to_str().unwrap(),
+    let stand_in = StandIn::new();
+    let out = stand_in.bench(&[
         "--prompt-len",
         "4",
         "--gen",
@@ -71,9 +96,6 @@ fn bench_runs_the_peer_along_anemones_tokens_and_reports_ratios() {
         "2",
         "--warmup",
         "1",
-        "--threads",
-        "1",
-        "--json",
     ]);
     assert!(out.status.success(), "{}", support::text(&out.stderr));
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -112,13 +134,13 @@ fn bench_runs_the_peer_along_anemones_tokens_and_reports_ratios() {
     );
 
     // one request per round (warm-up included), each along the tokens anemone fed that round
-    let log = std::fs::read_to_string(dir.path().join("requests.jsonl")).unwrap();
+    let log = std::fs::read_to_string(stand_in.dir.path().join("requests.jsonl")).unwrap();
     let mut lines = log.lines();
     let argv: Vec<String> = serde_json::from_str(lines.next().unwrap()).unwrap();
     let at = argv.iter().position(|a| a == "--type").unwrap();
     assert_eq!(argv[at + 1], "F16");
     assert!(
-        argv.contains(&source.to_str().unwrap().to_string()),
+        argv.contains(&stand_in.source.to_str().unwrap().to_string()),
         "{argv:?}"
     );
     let requests: Vec<Value> = lines.map(|l| serde_json::from_str(l).unwrap()).collect();
@@ -187,15 +209,9 @@ fn bench_peer_errors_name_the_cause_and_leave_nothing_behind() {
 
 #[test]
 fn bench_runs_the_prompt_ids_given_and_names_one_outside_the_vocabulary() {
-    let (dir, bundle, python, source) = stand_in_setup();
+    let stand_in = StandIn::new();
     let bench = |prompt_ids: &str| {
-        support::anemone(&[
-            "bench",
-            bundle.to_str().unwrap(),
-            "--llama-cpp",
-            source.to_str().unwrap(),
-            "--python",
-            python.to_str().unwrap(),
+        stand_in.bench(&[
             "--prompt-ids",
             prompt_ids,
             "--gen",
@@ -204,9 +220,6 @@ fn bench_runs_the_prompt_ids_given_and_names_one_outside_the_vocabulary() {
             "1",
             "--warmup",
             "0",
-            "--threads",
-            "1",
-            "--json",
         ])
     };
     let out = bench("5,3,9");
@@ -221,7 +234,7 @@ fn bench_runs_the_prompt_ids_given_and_names_one_outside_the_vocabulary() {
         );
     }
     assert_eq!(report["results"][0]["raw"][0]["prompt_tokens"], 3);
-    let log = std::fs::read_to_string(dir.path().join("requests.jsonl")).unwrap();
+    let log = std::fs::read_to_string(stand_in.dir.path().join("requests.jsonl")).unwrap();
     let request: Value = serde_json::from_str(log.lines().nth(1).unwrap()).unwrap();
     assert_eq!(
         request["prompt"],
