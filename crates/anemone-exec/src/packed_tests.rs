@@ -140,7 +140,7 @@ fn shift_scale_matvec_is_the_expanded_fp16_matvec() {
 fn lut_matvec_is_the_expanded_fp16_matvec() {
     let mut rng = Rng(0xD1B5_4A32_D192_ED03);
     // (index dtype, weight shape, palette-group shape)
-    let cases: [(DType, Vec<usize>, Vec<usize>); 14] = [
+    let cases: [(DType, Vec<usize>, Vec<usize>); 16] = [
         (DType::U4, vec![320, 1024, 1, 1], vec![1, 1, 1, 1]),
         (DType::U4, vec![64, 96], vec![8, 1]),
         (DType::U4, vec![64, 96, 1, 1], vec![4, 3, 1, 1]),
@@ -158,6 +158,10 @@ fn lut_matvec_is_the_expanded_fp16_matvec() {
         (DType::U6, vec![21, 128], vec![3, 1]),
         (DType::U3, vec![12, 576, 1, 1], vec![1, 1, 1, 1]),
         (DType::U8, vec![8, 256], vec![2, 2]),
+        // short rows under one palette and under one a row (formed row by row), three rows
+        // after the four-row passes
+        (DType::U8, vec![103, 64], vec![1, 1]),
+        (DType::U8, vec![103, 64, 1, 1], vec![103, 1, 1, 1]),
     ];
     for (dtype, shape, gshape) in cases {
         let indices = ints(&mut rng, dtype, shape.clone());

@@ -3,8 +3,11 @@
 //! constant's value. With AVX-512 VBMI, 64 indices a step: the 8 indices of 8 elements are
 //! `bits` whole bytes (LSB-first), spread to one qword each by a byte permute and cut out by a
 //! multishift; the palette, padded to 256 entries, is looked up a byte plane at a time (low and
-//! high bytes of the entries, 128 entries a two-register byte permute, bit 7 picking the half).
-//! Elsewhere, and for a run that does not start on a byte, one index at a time.
+//! high bytes of the entries, 128 entries a two-register byte permute, bit 7 picking the half),
+//! the indices paired first so the two planes' bytes make fp16 words by shifts and blends. The
+//! shuffle port bounds it (a two-register byte permute takes it two cycles on the x86 machine
+//! measured); `examples/lut_bench.rs` times the look-up and the matvec over formed rows. Elsewhere,
+//! and for a run that does not start on a byte, one index at a time.
 
 use half::f16;
 
@@ -102,10 +105,13 @@ mod avx512 {
 
         /// The entries of 64 byte indices below `64 · GROUPS` (1, 2 or 4), as the fp16 bit
         /// patterns of elements 0–31 and 32–63: one permute a plane for 6-bit indices, a
-        /// two-register one for 7-bit ones, two and a blend on bit 7 for 8-bit ones.
+        /// two-register one for 7-bit ones, two and a blend on bit 7 for 8-bit ones. The
+        /// indices are first paired (byte `2 j` element `j`, byte `2 j + 1` element `32 + j`),
+        /// so the planes' bytes make words by a shift and a blend, off the shuffle port.
         #[inline]
         #[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
         fn look_up<const GROUPS: usize>(&self, v: __m512i) -> (__m512i, __m512i) {
+            let v = _mm512_permutexvar_epi8(constant(&PAIRS), v);
             let plane = |p: &[__m512i; 4]| match GROUPS {
                 1 => _mm512_permutexvar_epi8(v, p[0]),
                 2 => _mm512_permutex2var_epi8(p[0], v, p[1]),
@@ -116,10 +122,13 @@ mod avx512 {
                 }
             };
             let (lo, hi) = (plane(&self.lo), plane(&self.hi));
-            // the low and high bytes of elements 0–31, then 32–63, side by side
+            // odd bytes: the high byte of each word
+            const ODD_BYTES: __mmask64 = 0xAAAA_AAAA_AAAA_AAAA;
             (
-                _mm512_permutex2var_epi8(lo, constant(&WORDS[0]), hi),
-                _mm512_permutex2var_epi8(lo, constant(&WORDS[1]), hi),
+                // word j: (lo, hi) of byte 2 j, element j
+                _mm512_mask_blend_epi8(ODD_BYTES, lo, _mm512_slli_epi16::<8>(hi)),
+                // word j: (lo, hi) of byte 2 j + 1, element 32 + j
+                _mm512_mask_blend_epi8(ODD_BYTES, _mm512_srli_epi16::<8>(lo), hi),
             )
         }
     }
@@ -130,8 +139,8 @@ mod avx512 {
     /// bit `j · bits`.
     const EVEN: [u8; 64] = every_other(0);
     const ODD: [u8; 64] = every_other(1);
-    /// Byte `2 e + h` of `WORDS[w]`: byte `32 w + e` of the low (`h = 0`) or high plane.
-    const WORDS: [[u8; 64]; 2] = [interleave(0), interleave(32)];
+    /// Byte `2 j` of `PAIRS` is element `j`, byte `2 j + 1` element `32 + j`.
+    const PAIRS: [u8; 64] = pairs();
     const SPREAD: [[u8; 64]; 9] = spreads_and_shifts().0;
     const SHIFTS: [[u8; 64]; 9] = spreads_and_shifts().1;
 
@@ -146,11 +155,11 @@ mod avx512 {
         out
     }
 
-    const fn interleave(from: usize) -> [u8; 64] {
+    const fn pairs() -> [u8; 64] {
         let mut out = [0u8; 64];
         let mut b = 0;
         while b < 64 {
-            out[b] = (from + b / 2 + 64 * (b % 2)) as u8;
+            out[b] = (b / 2 + 32 * (b % 2)) as u8;
             b += 1;
         }
         out
@@ -209,15 +218,13 @@ mod avx512 {
         };
         let (src, dst) = (bytes.as_ptr().add(first * bits / 8), out.as_mut_ptr());
         // a few KiB on (a matvec's next passes over rows of this run's length), asked for
-        // ahead: the hardware prefetcher does not cross pages
+        // ahead: the hardware prefetcher does not cross pages. A step reads at most 64 bytes,
+        // so one hint a step touches every line.
         let ahead = (4 * (out.len() * bits).div_ceil(8)).min(4096);
         let mut e = 0;
         while e + 64 <= out.len() {
             let at = src.add(e / 8 * bits);
             _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(ahead) as *const i8);
-            if step_bytes > 32 {
-                _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(ahead + 32) as *const i8);
-            }
             let raw = _mm512_maskz_loadu_epi8(load_mask, at as *const i8);
             let v = if bits == 8 {
                 raw
