@@ -4,8 +4,8 @@
 //! the one-token matvec over rows formed four at a time (`quant::matvec_by_formed_rows`, what
 //! the executor runs) beside the fp16 matvec (`linalg::matvec_f16`) of the same shape — on the
 //! first 128 rows of one weight, which stay in cache (the arithmetic), and on `mats` weights
-//! streamed from memory (what a decode step sees). Rows are spread over rayon's pool: `RAYON_NUM_THREADS=1` for one
-//! core's figure.
+//! streamed from memory (what a decode step sees). Rows are spread over rayon's pool:
+//! `RAYON_NUM_THREADS=1` for one core's figure.
 //!
 //! `RAYON_NUM_THREADS=1 cargo run --release -p anemone-exec --example lut_bench [rows cols mats [trials]]`
 //! (default 4864 896 20 6: Qwen2.5-0.5B's MLP up projection, 87 MB of indices streamed)
