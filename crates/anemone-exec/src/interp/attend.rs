@@ -15,7 +15,7 @@ use crate::kernels::attention::{
 use crate::kernels::kv_elem::KvSlice;
 use crate::kernels::Accumulation;
 use crate::package::{Fused, Step};
-use crate::team::{self, SharedOut};
+use crate::team::{self, SharedOut, Team};
 
 /// Steps of the pattern.
 pub(super) const STEPS: usize = 6;
@@ -179,8 +179,9 @@ pub(super) fn run_head_group<'a>(
 /// cannot be computed so (the whole run then answers `None`).
 pub(super) type HeadOnTeam<'a> = dyn Fn(usize, &mut [f32]) -> Result<bool, String> + Sync + 'a;
 
-/// Every head's output (`lens[b]` values for head `b`), the heads spread over the team, each
-/// writing its own range of one buffer; the first error met, or `None` when a head declined.
+/// Every head's output (`lens[b]` values for head `b`), the heads spread over the team in runs
+/// of adjacent heads, each writing its own range of one buffer; the first error met, or `None`
+/// when a head declined.
 pub(super) fn heads_on_team(lens: &[usize], head: &HeadOnTeam<'_>) -> HeadOutputs {
     let mut offsets = Vec::with_capacity(lens.len() + 1);
     offsets.push(0);
@@ -192,16 +193,25 @@ pub(super) fn heads_on_team(lens: &[usize], head: &HeadOnTeam<'_>) -> HeadOutput
     // the first error, or `Ok(())` for a head that declined
     let failure = std::sync::Mutex::new(None);
     let team = team::current();
-    team::for_each_block(team.as_deref(), lens.len(), &|b| {
-        // SAFETY: heads own disjoint ranges of `flat`, which outlives the region.
-        let dst = unsafe { out.slice(offsets[b]..offsets[b + 1]) };
-        let outcome = match head(b, dst) {
-            Ok(true) => return,
-            Ok(false) => Ok(()),
-            Err(e) => Err(e),
-        };
-        let mut f = failure.lock().unwrap_or_else(|e| e.into_inner());
-        f.get_or_insert(outcome);
+    // one run of adjacent heads a thread: heads sharing a KV head are adjacent in the program,
+    // so a thread reads most KV windows alone, from memory once
+    let threads = team.as_deref().map_or(1, Team::threads);
+    let per_block = lens.len().div_ceil(threads).max(1);
+    team::for_each_block(team.as_deref(), lens.len().div_ceil(per_block), &|block| {
+        let first = block * per_block;
+        for b in first..(first + per_block).min(lens.len()) {
+            // SAFETY: heads own disjoint ranges of `flat`, which outlives the region.
+            let dst = unsafe { out.slice(offsets[b]..offsets[b + 1]) };
+            let outcome = match head(b, dst) {
+                Ok(true) => continue,
+                Ok(false) => Ok(()),
+                Err(e) => Err(e),
+            };
+            let mut f = failure.lock().unwrap_or_else(|e| e.into_inner());
+            f.get_or_insert(outcome);
+            // the whole run is discarded
+            break;
+        }
     });
     match failure.into_inner().unwrap_or_else(|e| e.into_inner()) {
         Some(Err(e)) => Err(e),

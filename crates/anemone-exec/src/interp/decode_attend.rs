@@ -157,11 +157,17 @@ fn compute(fr: &Frame, steps: &[Step], starts: &[usize]) -> HeadOutputs {
         .collect();
     heads_on_team(&lens, &|b, dst| {
         let h = &heads[b];
-        let mut scratch = Vec::new();
-        match &h.window {
-            Window::F32(w) => attend_one(w, h.round, h.scores_first, h.skip, &mut scratch, dst)?,
-            Window::F16(w) => attend_one(w, h.round, h.scores_first, h.skip, &mut scratch, dst)?,
-        };
+        SCRATCH.with_borrow_mut(|scratch| match &h.window {
+            Window::F32(w) => attend_one(w, h.round, h.scores_first, h.skip, scratch, dst),
+            Window::F16(w) => attend_one(w, h.round, h.scores_first, h.skip, scratch, dst),
+        })?;
         Ok(true)
     })
+}
+
+thread_local! {
+    /// A thread's room for one head's row and widened K/V blocks, kept from head to head (a
+    /// decode step runs every layer's heads: an allocation and a zero fill of some 16 KiB each
+    /// time otherwise). [`attend_one`] writes every element it reads.
+    static SCRATCH: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }

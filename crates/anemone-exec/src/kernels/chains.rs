@@ -56,6 +56,10 @@ pub fn rms_norm_max_scaled(
     round: Rounding<12>,
     out: &mut [f32],
 ) {
+    if t == 1 {
+        rms_norm_one_column(x, weight, c, round, out);
+        return;
+    }
     let r = |k: usize, v: f32| round.at(k, v);
     let n = weight.len();
     // abs (0) and reduce_max (1); rounding is monotonic, so the largest rounded magnitude is
@@ -97,6 +101,58 @@ pub fn rms_norm_max_scaled(
     for (o_row, w) in out.chunks_exact_mut(t).zip(weight) {
         o_row.iter_mut().for_each(|o| *o *= w);
     }
+    round.slice(11, out);
+}
+
+/// [`rms_norm_max_scaled`] of one column (`t = 1`, a decode step's hidden vector), with the
+/// running maximum and sum in registers: the same values (the maximum of magnitudes does not
+/// depend on the order it is taken in; the sum still folds the channels one by one, in order).
+fn rms_norm_one_column(
+    x: &[f32],
+    weight: &[f32],
+    c: NormConstants,
+    round: Rounding<12>,
+    out: &mut [f32],
+) {
+    let r = |k: usize, v: f32| round.at(k, v);
+    let n = weight.len();
+    // abs (0) and reduce_max (1) in eight lanes; `f32::max` skips a NaN wherever it stands
+    let mut lanes = [f32::NEG_INFINITY; 8];
+    let blocks = x.chunks_exact(8);
+    let tail = blocks.remainder();
+    for block in blocks {
+        lanes
+            .iter_mut()
+            .zip(block)
+            .for_each(|(m, v)| *m = m.max(v.abs()));
+    }
+    let largest = tail.iter().fold(
+        lanes.into_iter().fold(f32::NEG_INFINITY, f32::max),
+        |m, v| m.max(v.abs()),
+    );
+    // maximum (2), real_div (3)
+    let scale = r(2, f32::max(r(1, r(0, largest)), c.floor));
+    out.iter_mut().zip(x).for_each(|(o, v)| *o = v / scale);
+    round.slice(3, out);
+    // square (4) a block at a time, summed in channel order by reduce_mean (5)
+    let mut sum = std::iter::empty::<f32>().sum::<f32>();
+    let mut squares = [0.0f32; 64];
+    for block in out.chunks(64) {
+        let sq = &mut squares[..block.len()];
+        sq.iter_mut().zip(block).for_each(|(s, v)| *s = v * v);
+        round.slice(4, sq);
+        for v in sq.iter() {
+            sum += v;
+        }
+    }
+    let mean_sq = r(5, sum / n as f32);
+    let eps_scaled = r(6, c.sqrt_eps / scale);
+    let eps_sq = r(7, eps_scaled * eps_scaled);
+    let total = r(8, mean_sq + eps_sq);
+    let inv_rms = r(9, 1.0 / (total + c.rsqrt_epsilon).sqrt());
+    out.iter_mut().for_each(|o| *o *= inv_rms);
+    round.slice(10, out);
+    out.iter_mut().zip(weight).for_each(|(o, w)| *o *= w);
     round.slice(11, out);
 }
 
@@ -248,6 +304,44 @@ mod tests {
                 bits(&want),
                 "n {n}, t {t}, fp16 rounding {round}"
             );
+        }
+    }
+
+    /// A decode step's norm (one column, registers) gives each value the many-column pass
+    /// gives that column, also over NaN, ±0, ±∞ and a length that is no multiple of 8.
+    #[test]
+    fn the_one_column_norm_is_a_column_of_the_general_one() {
+        let c = NormConstants {
+            floor: round_f16(1e-3),
+            sqrt_eps: round_f16(1e-5f32.sqrt()),
+            rsqrt_epsilon: 0.0,
+        };
+        let specials = [f32::NAN, -0.0, 0.0, f32::INFINITY, f32::NEG_INFINITY, -7.5];
+        for (n, special) in [(576, None), (77, Some(0)), (77, Some(1)), (9, Some(3))]
+            .into_iter()
+            .chain((0..specials.len()).map(|k| (130, Some(k))))
+        {
+            let mut x = values(n, n as u32 + 5);
+            if let Some(k) = special {
+                x[n / 3] = specials[k];
+                x[n - 1] = specials[(k + 1) % specials.len()];
+            }
+            let w = values(n, 17);
+            let other = values(n, 23);
+            // `[n, 2]`: `x` as column 0, another vector as column 1
+            let both: Vec<f32> = x.iter().zip(&other).flat_map(|(a, b)| [*a, *b]).collect();
+            for round in [true, false] {
+                let mut one = vec![0.0; n];
+                rms_norm_max_scaled(&x, (&w, 1), c, Rounding([round; 12]), &mut one);
+                let mut two = vec![0.0; 2 * n];
+                rms_norm_max_scaled(&both, (&w, 2), c, Rounding([round; 12]), &mut two);
+                let column: Vec<u32> = two.iter().step_by(2).map(|v| v.to_bits()).collect();
+                let one: Vec<u32> = one.iter().map(|v| v.to_bits()).collect();
+                assert_eq!(
+                    one, column,
+                    "n {n}, special {special:?}, fp16 rounding {round}"
+                );
+            }
         }
     }
 
