@@ -186,6 +186,7 @@ impl LoadedPackage {
         mut observer: Option<&mut dyn FnMut(OpOutput<'_>)>,
     ) -> Result<HashMap<String, Tensor>> {
         let f = self.function(function)?;
+        f.prefetch_program();
         let mut slots: Vec<Slot> = (0..f.value_names.len()).map(|_| Slot::Empty).collect();
         self.bind_inputs(f, inputs, &mut slots)?;
         for (port, &v) in f.signature.states.iter().zip(&f.state_vars) {

@@ -95,6 +95,42 @@ pub(crate) struct PreparedFunction {
     pub warm_after: Vec<Option<crate::plan::WarmNext>>,
 }
 
+impl PreparedFunction {
+    /// Asks for the cache lines of the steps' own bookkeeping (each step, its output, type,
+    /// release and move lists, each output's shape, the per-step plans) before the steps run.
+    /// A decoder's layers are packages of their own: by the next token every layer's program
+    /// has left the caches, and the interpreter would meet those lines one dependent miss at a
+    /// time (≈ 17 µs a SmolLM2 layer). Hints only: nothing is read or changed.
+    pub(crate) fn prefetch_program(&self) {
+        for (i, step) in self.steps.iter().enumerate() {
+            prefetch(step);
+            prefetch(step.outputs.as_ptr());
+            prefetch(step.out_types.as_ptr());
+            prefetch(step.release.as_ptr());
+            prefetch(step.movable.as_ptr());
+            if let (Some(chain), Some(warm)) = (self.chain_starts.get(i), self.warm_after.get(i)) {
+                prefetch(chain);
+                prefetch(warm);
+            }
+        }
+        // one level down, once the lines above have been asked for
+        for ty in self.steps.iter().filter_map(|s| s.out_types.first()) {
+            prefetch(ty.shape.as_ptr());
+        }
+    }
+}
+
+/// Asks for the cache line holding `at` (a hint: never dereferenced, never faults).
+fn prefetch<T>(at: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch never dereferences its address and never faults.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(at as *const i8)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = at;
+}
+
 /// A package loaded from disk and prepared for execution in one precision.
 pub struct LoadedPackage {
     pub(crate) path: PathBuf,
