@@ -279,13 +279,18 @@ mod tests {
         b(BinaryOp::Mul, (&y, &row), (w, &weight), &row)
     }
 
-    #[test]
-    fn the_fused_norm_is_the_twelve_ops_bit_for_bit() {
-        let c = NormConstants {
+    /// A decoder's norm constants as the graph builder writes them (fp16 floor and √eps).
+    fn decoder_norm_constants() -> NormConstants {
+        NormConstants {
             floor: round_f16(1e-3),
             sqrt_eps: round_f16(1e-5f32.sqrt()),
             rsqrt_epsilon: 0.0,
-        };
+        }
+    }
+
+    #[test]
+    fn the_fused_norm_is_the_twelve_ops_bit_for_bit() {
+        let c = decoder_norm_constants();
         let cases = [
             (576, 1, true),
             (576, 1, false),
@@ -311,11 +316,7 @@ mod tests {
     /// gives that column, also over NaN, ±0, ±∞ and a length that is no multiple of 8.
     #[test]
     fn the_one_column_norm_is_a_column_of_the_general_one() {
-        let c = NormConstants {
-            floor: round_f16(1e-3),
-            sqrt_eps: round_f16(1e-5f32.sqrt()),
-            rsqrt_epsilon: 0.0,
-        };
+        let c = decoder_norm_constants();
         let specials = [f32::NAN, -0.0, 0.0, f32::INFINITY, f32::NEG_INFINITY, -7.5];
         for (n, special) in [(576, None), (77, Some(0)), (77, Some(1)), (9, Some(3))]
             .into_iter()
