@@ -408,6 +408,95 @@ impl Blocks {
     }
 }
 
+/// Claims runs of units `0..units` from both ends: [`Self::front`] hands out the lowest
+/// unclaimed units, [`Self::back`] the highest; every unit is handed out once.
+pub struct EndClaims {
+    /// The next front unit (bits 0..32) and one past the next back unit (bits 32..).
+    ends: AtomicU64,
+}
+
+impl EndClaims {
+    pub fn new(units: usize) -> Self {
+        let units = u32::try_from(units).expect("at most 2^32 - 1 units");
+        EndClaims {
+            ends: AtomicU64::new(u64::from(units) << 32),
+        }
+    }
+
+    /// The lowest `len(unclaimed)` unclaimed units (at least one, at most all).
+    pub fn front(&self, len: impl Fn(usize) -> usize) -> Option<std::ops::Range<usize>> {
+        self.claim(|front, back| {
+            let n = len(back - front).clamp(1, back - front);
+            (front + n, back, front..front + n)
+        })
+    }
+
+    /// The highest `len(unclaimed)` unclaimed units (at least one, at most all).
+    pub fn back(&self, len: impl Fn(usize) -> usize) -> Option<std::ops::Range<usize>> {
+        self.claim(|front, back| {
+            let n = len(back - front).clamp(1, back - front);
+            (front, back - n, back - n..back)
+        })
+    }
+
+    /// Moves the ends by `step(front, back) = (front, back, claimed)` unless they have met.
+    fn claim(
+        &self,
+        step: impl Fn(usize, usize) -> (usize, usize, std::ops::Range<usize>),
+    ) -> Option<std::ops::Range<usize>> {
+        let mut ends = self.ends.load(Ordering::Relaxed);
+        loop {
+            let (front, back) = ((ends & 0xFFFF_FFFF) as usize, (ends >> 32) as usize);
+            if front >= back {
+                return None;
+            }
+            let (front, back, claimed) = step(front, back);
+            let next = (back as u64) << 32 | front as u64;
+            match self
+                .ends
+                .compare_exchange_weak(ends, next, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return Some(claimed),
+                Err(now) => ends = now,
+            }
+        }
+    }
+}
+
+/// Runs `f(run)` over runs of units covering `0..units` once, spread over `team`: the helpers
+/// claim runs from the front (the bytes [`Team::warm`] asked their caches for), the calling
+/// thread from the back. Each claim takes `1 / (2 · threads)` of what is left (at least
+/// `least` units): a few long runs of adjacent units (a core's prefetcher stays on one
+/// stream) that shrink where the two ends meet, so no thread waits long for another's last
+/// run (with equal blocks the caller waited up to a block for a late helper). Without a team
+/// to share with, `f` runs once over all units.
+pub fn for_each_run_from_ends(
+    team: Option<&Team>,
+    units: usize,
+    least: usize,
+    f: &(dyn Fn(std::ops::Range<usize>) + Sync),
+) {
+    let claims = EndClaims::new(units);
+    let threads = team.map_or(1, |t| t.threads());
+    let len = |left: usize| (left / (2 * threads)).max(least);
+    let leader = std::thread::current().id();
+    let work = || {
+        let from_back = std::thread::current().id() == leader;
+        while let Some(run) = if from_back {
+            claims.back(len)
+        } else {
+            claims.front(len)
+        } {
+            f(run);
+        }
+    };
+    match team {
+        Some(team) if team.threads() > 1 && units > least => team.run(&work),
+        _ if units > 0 => f(0..units),
+        _ => {}
+    }
+}
+
 /// Runs `f(block)` once for every block in `0..blocks`, spread over `team` (or this thread
 /// alone when `team` is `None`).
 pub fn for_each_block(team: Option<&Team>, blocks: usize, f: &(dyn Fn(usize) + Sync)) {
@@ -491,6 +580,45 @@ mod tests {
                     });
                     assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn runs_claimed_from_both_ends_cover_every_unit_once() {
+        for units in [0usize, 1, 2, 3, 64, 1000] {
+            for least in [1, 3, 8] {
+                let claims = EndClaims::new(units);
+                let mut seen = vec![0u32; units];
+                let mut turn = 0usize;
+                // an uneven interleaving of the two ends, shrinking runs
+                loop {
+                    turn += 1;
+                    let len = |left: usize| (left / 4).max(least);
+                    let claimed = if turn.is_multiple_of(3) {
+                        claims.back(len)
+                    } else {
+                        claims.front(len)
+                    };
+                    match claimed {
+                        Some(run) => run.for_each(|u| seen[u] += 1),
+                        None => break,
+                    }
+                }
+                assert!(seen.iter().all(|&n| n == 1), "{units} units: {seen:?}");
+                assert_eq!((claims.front(|_| 1), claims.back(|_| 1)), (None, None));
+            }
+        }
+        for threads in [1, 2, 3] {
+            let team = Team::new(threads).unwrap();
+            for _ in 0..50 {
+                let hits: Vec<AtomicUsize> = (0..137).map(|_| AtomicUsize::new(0)).collect();
+                for_each_run_from_ends(Some(&team), hits.len(), 4, &|run| {
+                    run.for_each(|u| {
+                        hits[u].fetch_add(1, Ordering::Relaxed);
+                    })
+                });
+                assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
             }
         }
     }

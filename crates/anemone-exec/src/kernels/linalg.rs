@@ -158,10 +158,10 @@ pub(crate) fn gemm_product(
     }
 }
 
-/// Bytes of weight rows per block of a matvec region (blocks are claimed by the team's
-/// threads one at a time, so a late thread costs nothing). Long blocks keep each core's
-/// hardware prefetcher on one stream: 256 KiB decoded SmolLM2 ≈ 20% faster than 32 KiB.
-const MATVEC_BLOCK_BYTES: usize = 256 << 10;
+/// Bytes of weight rows per unit of a matvec region: the team's threads claim runs of units
+/// (`for_each_run_from_ends`: long runs first, single units where the threads meet), so a
+/// late thread costs nothing and no thread waits long for another's last run.
+const MATVEC_UNIT_BYTES: usize = 16 << 10;
 
 /// The weight of a single-token projection `dst = W·x`.
 #[derive(Clone, Copy)]
@@ -196,18 +196,15 @@ impl Projection<'_> {
         }
     }
 
-    /// Rows per block: blocks of about [`MATVEC_BLOCK_BYTES`], as many as a multiple of the
-    /// region's `threads` and of equal size, so the threads of a region finish together.
-    fn rows_per_block(&self, k: usize, threads: usize) -> usize {
+    /// Rows per unit of work: about [`MATVEC_UNIT_BYTES`] of weights, whole four-row passes.
+    fn rows_per_unit(&self, k: usize) -> usize {
         let row_bytes = match self.w {
             RowWeights::F16(_) => 2 * k,
             RowWeights::F32(_) => 4 * k,
         };
-        let rows = self.dst.len().max(1);
-        let blocks = (rows * row_bytes)
-            .div_ceil(MATVEC_BLOCK_BYTES)
-            .next_multiple_of(threads.max(1));
-        rows.div_ceil(blocks).clamp(1, 1024)
+        (MATVEC_UNIT_BYTES / row_bytes.max(1))
+            .max(1)
+            .next_multiple_of(4)
     }
 }
 
@@ -231,38 +228,37 @@ pub fn matvec_group(group: &mut [Projection], x: &[f32]) -> Result<(), String> {
     struct Job<'a> {
         out: crate::team::SharedOut,
         rows: usize,
-        rows_per_block: usize,
-        first_block: usize,
+        rows_per_unit: usize,
+        first_unit: usize,
+        end_unit: usize,
         w: RowWeights<'a>,
         accumulate: bool,
     }
     let work: usize = group.iter().map(|p| p.dst.len() * k).sum();
-    let (team, threads) = region_team(work);
+    let (team, _) = region_team(work);
     let mut jobs = Vec::with_capacity(group.len());
-    let mut blocks = 0;
+    let mut units = 0;
     for p in group.iter_mut() {
         let rows = p.dst.len();
-        let rows_per_block = p.rows_per_block(k, threads);
+        let rows_per_unit = p.rows_per_unit(k);
+        let first_unit = units;
+        units += rows.div_ceil(rows_per_unit);
         jobs.push(Job {
             out: crate::team::SharedOut::new(p.dst),
             rows,
-            rows_per_block,
-            first_block: blocks,
+            rows_per_unit,
+            first_unit,
+            end_unit: units,
             w: p.w,
             accumulate: p.accumulate,
         });
-        blocks += rows.div_ceil(rows_per_block);
     }
     let (dot16, dot32) = (simd::dot_f16_kernel(), simd::dot_f32_kernel());
     let (dot16x4, dot32x4) = (simd::dot_f16x4_kernel(), simd::dot_f32x4_kernel());
-    let run_block = |b: usize| {
-        let Some(job) = jobs.iter().rev().find(|j| j.first_block <= b) else {
-            return;
-        };
-        let first = (b - job.first_block) * job.rows_per_block;
-        let last = (first + job.rows_per_block).min(job.rows);
-        // SAFETY: blocks are disjoint row ranges inside the job's `dst`, which outlives the
-        // region (`matvec_group` holds its borrow until `for_each_block` returns).
+    // rows `first..last` of `job`
+    let run_rows = |job: &Job, first: usize, last: usize| {
+        // SAFETY: runs are disjoint row ranges inside the job's `dst`, which outlives the
+        // region (`matvec_group` holds its borrow until `for_each_run_from_ends` returns).
         let out = unsafe { job.out.slice(first..last) };
         match job.w {
             RowWeights::F16(w) => {
@@ -306,7 +302,17 @@ pub fn matvec_group(group: &mut [Projection], x: &[f32]) -> Result<(), String> {
             }
         }
     };
-    crate::team::for_each_block(team.as_deref(), blocks, &run_block);
+    let run = |run: std::ops::Range<usize>| {
+        for job in jobs
+            .iter()
+            .filter(|j| j.first_unit < run.end && run.start < j.end_unit)
+        {
+            let first = (run.start.max(job.first_unit) - job.first_unit) * job.rows_per_unit;
+            let last = (run.end.min(job.end_unit) - job.first_unit) * job.rows_per_unit;
+            run_rows(job, first, last.min(job.rows));
+        }
+    };
+    crate::team::for_each_run_from_ends(team.as_deref(), units, 1, &run);
     Ok(())
 }
 
@@ -533,11 +539,12 @@ mod tests {
     }
 
     /// Every row of a grouped matvec (fp16 and f32 rows, strided f32 rows, accumulation) is
-    /// the per-row dot bit for bit, whatever the team's width and however blocks fall.
+    /// the per-row dot bit for bit, whatever the team's width and however runs fall.
     #[test]
     fn grouped_matvecs_equal_the_per_row_dots_bit_for_bit() {
         let (dot16, dot32) = (simd::dot_f16_kernel(), simd::dot_f32_kernel());
-        for k in [1usize, 7, 33, 583] {
+        // 4867: an f32 row longer than a unit of work
+        for k in [1usize, 7, 33, 583, 4867] {
             let x = values(k, 1);
             // enough rows that the region runs on the team (≥ PARALLEL_WORK multiply-adds)
             let rows = [PARALLEL_WORK / k / 2 + 5, 3, PARALLEL_WORK / k / 3 + 1];
