@@ -15,7 +15,7 @@ use crate::kernels::attention::{
 use crate::kernels::kv_elem::KvSlice;
 use crate::kernels::Accumulation;
 use crate::package::{Fused, Step};
-use crate::team::{self, SharedOut, Team};
+use crate::team::{self, SharedOut};
 
 /// Steps of the pattern.
 pub(super) const STEPS: usize = 6;
@@ -193,13 +193,11 @@ pub(super) fn heads_on_team(lens: &[usize], head: &HeadOnTeam<'_>) -> HeadOutput
     // the first error, or `Ok(())` for a head that declined
     let failure = std::sync::Mutex::new(None);
     let team = team::current();
-    // one run of adjacent heads a thread: heads sharing a KV head are adjacent in the program,
-    // so a thread reads most KV windows alone, from memory once
-    let threads = team.as_deref().map_or(1, Team::threads);
-    let per_block = lens.len().div_ceil(threads).max(1);
-    team::for_each_block(team.as_deref(), lens.len().div_ceil(per_block), &|block| {
-        let first = block * per_block;
-        for b in first..(first + per_block).min(lens.len()) {
+    // runs of adjacent heads from both ends, a head at a time where the threads meet: heads
+    // sharing a KV head are adjacent in the program, so a thread reads most KV windows alone,
+    // from memory once, and neither waits for more than one head of the other's
+    team::for_each_run_from_ends(team.as_deref(), lens.len(), 1, &|run| {
+        for b in run {
             // SAFETY: heads own disjoint ranges of `flat`, which outlives the region.
             let dst = unsafe { out.slice(offsets[b]..offsets[b + 1]) };
             let outcome = match head(b, dst) {

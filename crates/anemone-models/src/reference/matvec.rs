@@ -1,5 +1,5 @@
 //! The decode (one-token) matrix-vector product `y = W·x` for a row-major `[y.len(), x.len()]`
-//! weight, rows in blocks spread over a [`Team`].
+//! weight, runs of rows spread over a [`Team`].
 //!
 //! Invariant: `y[o]` is bit for bit [`dot`]`(row o, x)`, whatever the thread, the block or the
 //! kernel that computes it. Decode streams every weight once per token, so it is bound by memory
@@ -11,17 +11,17 @@
 //! measured, the same hint slowed Qwen2.5's fp32 decode by ≈ 9% and did nothing on SmolLM2's.
 
 use super::kernels::{dot, dot_f16};
-use anemone_backend::team::{for_each_block, SharedOut, Team};
+use anemone_backend::team::{for_each_run_from_ends, SharedOut, Team};
 use half::f16;
 
-/// Weight bytes per block of rows: big enough for the prefetchers to ramp up on one sequential
-/// stream and to make the claim of a block negligible, small enough to balance two threads on
-/// the smallest projection (a 0.1B model's Q/K/V is ~2 MiB).
-const BLOCK_BYTES: usize = 128 << 10;
+/// Weight bytes per unit of rows: threads claim runs of units, long ones first and single
+/// units where they meet ([`for_each_run_from_ends`]), so a long run keeps the prefetchers on
+/// one stream and no thread waits long for another's last run.
+const UNIT_BYTES: usize = 16 << 10;
 
-/// Rows per block for rows of `n_in` values: a multiple of 4 (the kernel's rows), at least 4.
-fn rows_per_block(n_in: usize) -> usize {
-    (BLOCK_BYTES / (4 * n_in.max(1))).max(4) / 4 * 4
+/// Rows per unit for rows of `n_in` values: a multiple of 4 (the kernel's rows), at least 4.
+fn rows_per_unit(n_in: usize) -> usize {
+    (UNIT_BYTES / (4 * n_in.max(1))).max(4) / 4 * 4
 }
 
 /// `y[o] = dot(w[o·n_in..(o+1)·n_in], x)` for every row, on `team` (or the caller alone).
@@ -33,12 +33,12 @@ pub fn matvec(team: Option<&Team>, w: &[f32], x: &[f32], y: &mut [f32]) {
         "matvec: w is not [y.len(), x.len()]"
     );
     let rows = y.len();
-    let per_block = rows_per_block(n_in);
+    let per_unit = rows_per_unit(n_in);
     let out = SharedOut::new(y);
-    for_each_block(team, rows.div_ceil(per_block), &|block| {
-        let first = block * per_block;
-        let last = (first + per_block).min(rows);
-        // SAFETY: blocks are disjoint row ranges inside `y`, which outlives the region.
+    for_each_run_from_ends(team, rows.div_ceil(per_unit), 1, &|run| {
+        let first = run.start * per_unit;
+        let last = (run.end * per_unit).min(rows);
+        // SAFETY: runs are disjoint row ranges inside `y`, which outlives the region.
         let y = unsafe { out.slice(first..last) };
         rows_serial(&w[first * n_in..last * n_in], x, y);
     });

@@ -15,8 +15,9 @@ use anemone_models::reference::{rows_serial, rows_serial_f16};
 use half::f16;
 use memmap2::Mmap;
 
-/// Bytes of LM-head rows per block claimed by a thread of the team.
-const HEAD_BLOCK_BYTES: usize = 256 << 10;
+/// Bytes of LM-head rows per unit of work: the team's threads claim runs of units
+/// ([`team::for_each_run_from_ends`]).
+const HEAD_UNIT_BYTES: usize = 16 << 10;
 
 use super::PipelineError;
 
@@ -265,14 +266,14 @@ impl HostWeights {
             4
         };
         // a multiple of 4, the rows of a pass of the four-row kernels
-        let rows_per_block = (HEAD_BLOCK_BYTES / row_bytes.max(1)).max(4) / 4 * 4;
-        let blocks = self.vocab.div_ceil(rows_per_block);
+        let rows_per_unit = (HEAD_UNIT_BYTES / row_bytes.max(1)).max(4) / 4 * 4;
+        let units = self.vocab.div_ceil(rows_per_unit);
         let out = SharedOut::new(&mut logits);
         let vocab = self.vocab;
-        team::for_each_block(team, blocks, &|b| {
-            let first = b * rows_per_block;
-            let last = (first + rows_per_block).min(vocab);
-            // SAFETY: blocks are disjoint row ranges of `logits`, which outlives the region.
+        team::for_each_run_from_ends(team, units, 1, &|run| {
+            let first = run.start * rows_per_unit;
+            let last = (run.end * rows_per_unit).min(vocab);
+            // SAFETY: runs are disjoint row ranges of `logits`, which outlives the region.
             let rows = unsafe { out.slice(first..last) };
             head.dot_rows(first, &normed, rows);
         });
