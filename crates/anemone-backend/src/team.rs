@@ -463,6 +463,16 @@ impl EndClaims {
     }
 }
 
+/// Bytes of weight rows in a unit of [`for_each_run_from_ends`] for a decode matvec: small enough
+/// that the two ends meet within a few microseconds of each other; the runs themselves are long.
+pub const MATVEC_UNIT_BYTES: usize = 16 << 10;
+
+/// Rows of `row_bytes` bytes in a matvec unit ([`MATVEC_UNIT_BYTES`]): a multiple of 4 (the
+/// four-row passes of the matvec kernels), at least 4.
+pub fn matvec_unit_rows(row_bytes: usize) -> usize {
+    (MATVEC_UNIT_BYTES / row_bytes.max(1)).max(4) / 4 * 4
+}
+
 /// Runs `f(run)` over runs of units covering `0..units` once, spread over `team`: the helpers
 /// claim runs from the front (the bytes [`Team::warm`] asked their caches for), the calling
 /// thread from the back. Each claim takes `1 / (2 · threads)` of what is left (at least

@@ -158,11 +158,6 @@ pub(crate) fn gemm_product(
     }
 }
 
-/// Bytes of weight rows per unit of a matvec region: the team's threads claim runs of units
-/// (`for_each_run_from_ends`: long runs first, single units where the threads meet), so a
-/// late thread costs nothing and no thread waits long for another's last run.
-const MATVEC_UNIT_BYTES: usize = 16 << 10;
-
 /// The weight of a single-token projection `dst = W·x`.
 #[derive(Clone, Copy)]
 pub enum RowWeights<'a> {
@@ -196,15 +191,15 @@ impl Projection<'_> {
         }
     }
 
-    /// Rows per unit of work: about [`MATVEC_UNIT_BYTES`] of weights, whole four-row passes.
+    /// Rows per unit of work ([`crate::team::matvec_unit_rows`]): the team's threads claim runs
+    /// of units from both ends (`for_each_run_from_ends`), so a late thread costs nothing and
+    /// no thread waits long for another's last run.
     fn rows_per_unit(&self, k: usize) -> usize {
         let row_bytes = match self.w {
             RowWeights::F16(_) => 2 * k,
             RowWeights::F32(_) => 4 * k,
         };
-        (MATVEC_UNIT_BYTES / row_bytes.max(1))
-            .max(1)
-            .next_multiple_of(4)
+        crate::team::matvec_unit_rows(row_bytes)
     }
 }
 

@@ -11,18 +11,8 @@
 //! measured, the same hint slowed Qwen2.5's fp32 decode by ≈ 9% and did nothing on SmolLM2's.
 
 use super::kernels::{dot, dot_f16};
-use anemone_backend::team::{for_each_run_from_ends, SharedOut, Team};
+use anemone_backend::team::{for_each_run_from_ends, matvec_unit_rows, SharedOut, Team};
 use half::f16;
-
-/// Weight bytes per unit of rows: threads claim runs of units, long ones first and single
-/// units where they meet ([`for_each_run_from_ends`]), so a long run keeps the prefetchers on
-/// one stream and no thread waits long for another's last run.
-const UNIT_BYTES: usize = 16 << 10;
-
-/// Rows per unit for rows of `n_in` values: a multiple of 4 (the kernel's rows), at least 4.
-fn rows_per_unit(n_in: usize) -> usize {
-    (UNIT_BYTES / (4 * n_in.max(1))).max(4) / 4 * 4
-}
 
 /// `y[o] = dot(w[o·n_in..(o+1)·n_in], x)` for every row, on `team` (or the caller alone).
 pub fn matvec(team: Option<&Team>, w: &[f32], x: &[f32], y: &mut [f32]) {
@@ -33,7 +23,8 @@ pub fn matvec(team: Option<&Team>, w: &[f32], x: &[f32], y: &mut [f32]) {
         "matvec: w is not [y.len(), x.len()]"
     );
     let rows = y.len();
-    let per_unit = rows_per_unit(n_in);
+    // runs of units claimed from both ends: long runs, single units where the threads meet
+    let per_unit = matvec_unit_rows(4 * n_in);
     let out = SharedOut::new(y);
     for_each_run_from_ends(team, rows.div_ceil(per_unit), 1, &|run| {
         let first = run.start * per_unit;

@@ -15,10 +15,6 @@ use anemone_models::reference::{rows_serial, rows_serial_f16};
 use half::f16;
 use memmap2::Mmap;
 
-/// Bytes of LM-head rows per unit of work: the team's threads claim runs of units
-/// ([`team::for_each_run_from_ends`]).
-const HEAD_UNIT_BYTES: usize = 16 << 10;
-
 use super::PipelineError;
 
 /// Values of one host tensor: read in place from the mapped `host.safetensors` (only the pages
@@ -265,8 +261,7 @@ impl HostWeights {
         } else {
             4
         };
-        // a multiple of 4, the rows of a pass of the four-row kernels
-        let rows_per_unit = (HEAD_UNIT_BYTES / row_bytes.max(1)).max(4) / 4 * 4;
+        let rows_per_unit = team::matvec_unit_rows(row_bytes);
         let units = self.vocab.div_ceil(rows_per_unit);
         let out = SharedOut::new(&mut logits);
         let vocab = self.vocab;
