@@ -1,8 +1,10 @@
 //! Throughput of 8-bit palettized weights (`constexpr_lut_to_dense`, one 256-entry fp16
 //! palette per 32 rows) on this CPU, in weights per second (minimum time over interleaved
 //! trials, robust to other load): the look-up alone (`lut::form`: indices → fp16 values), and
-//! the one-token matvec over rows formed four at a time (`quant::matvec_by_formed_rows`, what
-//! the executor runs) beside the fp16 matvec (`linalg::matvec_f16`) of the same shape — on the
+//! the one-token matvec — `lut::matvec8` (what the executor runs: the next four rows looked up
+//! while four are dotted), the rows formed four at a time and then dotted
+//! (`quant::matvec_by_formed_rows`, its fallback) — beside the fp16 matvec
+//! (`linalg::matvec_f16`) of the same shape — on the
 //! first 128 rows of one weight, which stay in cache (the arithmetic), and on `mats` weights
 //! streamed from memory (what a decode step sees). Rows are spread over rayon's pool:
 //! `RAYON_NUM_THREADS=1` for one core's figure.
@@ -52,15 +54,16 @@ fn main() {
     );
     let hot = matvec_rates(std::slice::from_ref(&in_cache), &x, &palettes, 400 * trials);
     println!(
-        "matvec, in cache:        lut8 {:.2}  fp16 {:.2}",
-        hot.0, hot.1
+        "matvec, in cache:        lut8 {:.2} (formed first {:.2})  fp16 {:.2}",
+        hot.lut8, hot.formed, hot.half
     );
     let streamed = matvec_rates(&weights, &x, &palettes, trials);
     println!(
-        "matvec, {} weights streamed: lut8 {:.2}  fp16 {:.2}",
+        "matvec, {} weights streamed: lut8 {:.2} (formed first {:.2})  fp16 {:.2}",
         weights.len(),
-        streamed.0,
-        streamed.1
+        streamed.lut8,
+        streamed.formed,
+        streamed.half
     );
 }
 
@@ -112,12 +115,14 @@ fn look_up_rate(w: &Weight, k: usize, palettes: &[f16]) -> f64 {
     (100 * run) as f64 / best / 1e9
 }
 
-/// Both matvecs over every weight in turn, `trials` times interleaved; checks they agree.
-fn matvec_rates(weights: &[Weight], x: &[f32], palettes: &[f16], trials: usize) -> (f64, f64) {
+/// The three matvecs over every weight in turn, `trials` times interleaved; checks they agree.
+fn matvec_rates(weights: &[Weight], x: &[f32], palettes: &[f16], trials: usize) -> Rates {
     let k = x.len();
     let rows = weights[0].indices.len() / k;
     let (mut lut_out, mut half_out) = (vec![0.0f32; rows], vec![0.0f32; rows]);
+    let mut lut8_out = vec![0.0f32; rows];
     let (mut best_lut, mut best_half) = (f64::INFINITY, f64::INFINITY);
+    let mut best_lut8 = f64::INFINITY;
     for _ in 0..trials {
         let t = Instant::now();
         for w in weights {
@@ -133,12 +138,36 @@ fn matvec_rates(weights: &[Weight], x: &[f32], palettes: &[f16], trials: usize) 
             black_box(&half_out);
         }
         best_half = best_half.min(t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        for w in weights {
+            let taken = lut::matvec8(&mut lut8_out, x, &w.indices, palettes, PALETTE_ROWS);
+            assert!(taken, "lut::matvec8 does not run on this CPU");
+            black_box(&lut8_out);
+        }
+        best_lut8 = best_lut8.min(t.elapsed().as_secs_f64());
     }
-    let last_equal = lut_out
-        .iter()
-        .zip(&half_out)
-        .all(|(a, b)| a.to_bits() == b.to_bits());
-    assert!(last_equal, "the LUT matvec differs from the fp16 one");
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(
+        bits(&lut_out),
+        bits(&half_out),
+        "the formed-rows matvec differs from fp16"
+    );
+    assert_eq!(
+        bits(&lut8_out),
+        bits(&half_out),
+        "lut::matvec8 differs from fp16"
+    );
     let n = (weights.len() * rows * k) as f64;
-    (n / best_lut / 1e9, n / best_half / 1e9)
+    Rates {
+        lut8: n / best_lut8 / 1e9,
+        formed: n / best_lut / 1e9,
+        half: n / best_half / 1e9,
+    }
+}
+
+/// Giga-weights per second of the three matvecs.
+struct Rates {
+    lut8: f64,
+    formed: f64,
+    half: f64,
 }

@@ -649,6 +649,26 @@ impl HalfWeight {
             {
                 Ok(())
             }
+            (
+                WeightData::Lut {
+                    indices,
+                    table,
+                    blocks,
+                    ..
+                },
+                Accumulation::F32,
+            ) if indices.dtype().bits() == 8
+                && blocks.col_blocks == 1
+                && crate::kernels::lut::matvec8(
+                    dst,
+                    x,
+                    indices.bytes(),
+                    table,
+                    blocks.rows_per,
+                ) =>
+            {
+                Ok(())
+            }
             (WeightData::Lut { indices, .. }, Accumulation::F32) => {
                 let row_bytes = (k * indices.dtype().bits()).div_ceil(8);
                 quant::matvec_by_formed_rows(dst, x, row_bytes, |i, rows| self.lut_rows(i, rows));

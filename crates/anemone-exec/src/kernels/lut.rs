@@ -6,8 +6,11 @@
 //! high bytes of the entries, 128 entries a two-register byte permute, bit 7 picking the half),
 //! the indices paired first so the two planes' bytes make fp16 words by shifts and blends. The
 //! shuffle port bounds it (a two-register byte permute takes it two cycles on the x86 machine
-//! measured); `examples/lut_bench.rs` times the look-up and the matvec over formed rows. Elsewhere,
-//! and for a run that does not start on a byte, one index at a time.
+//! measured, and the fp16 dot's conversions share that port while its FMAs need the other), so
+//! the one-token matvec of 8-bit indices ([`matvec8`]) looks up the next four rows while it
+//! dots four, the two kinds of work side by side in one loop; `examples/lut_bench.rs` times the
+//! look-up and the matvecs. Elsewhere, and for a run that does not start on a byte, one index
+//! at a time.
 
 use half::f16;
 
@@ -49,6 +52,48 @@ pub fn form(bytes: &[u8], bits: usize, first: usize, palette: &[f16], out: &mut 
     let done = 0;
     for (n, o) in out.iter_mut().enumerate().skip(done) {
         *o = palette[index_at(bytes, bits, first + n)];
+    }
+}
+
+/// `dst = W · x` (one token) for 8-bit indices `indices` (row-major, rows of `x.len()`) under
+/// palettes `table` (256 fp16 entries for each `rows_per_palette` rows, in order): four rows
+/// a pass, the next pass's rows looked up while this pass's are dotted, so the look-up's byte
+/// permutes and the dot's conversions and FMAs share the cycles (formed into a buffer first
+/// and then dotted, each phase waits on one port). Each value is bit for bit
+/// [`super::quant::matvec_by_formed_rows`]'s over [`form`]'s rows: the same fp16 values into
+/// the same accumulator lanes of the four-row fp16 dot in the same order. `false` (nothing
+/// written) where it does not apply: no AVX-512 VBMI, rows not a multiple of 32, or
+/// `indices` / `table` too short.
+pub fn matvec8(
+    dst: &mut [f32],
+    x: &[f32],
+    indices: &[u8],
+    table: &[f16],
+    rows_per_palette: usize,
+) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let (rows, k) = (dst.len(), x.len());
+        let fits = k > 0
+            && k.is_multiple_of(32)
+            && rows_per_palette > 0
+            && indices.len() >= rows * k
+            && table.len() >= rows.div_ceil(rows_per_palette) * 256;
+        if !fits || !avx512::pipelines() {
+            return false;
+        }
+        let kernel = |first: usize, chunk: &mut [f32]| {
+            // SAFETY: the features were detected; `first..first + chunk.len()` are rows of
+            // `dst`, whose indices and palettes lie inside `indices` / `table` (checked above).
+            unsafe { avx512::matvec8_rows(chunk, first, x, indices, table, rows_per_palette) }
+        };
+        super::quant::spread_rows(dst, k, k, kernel);
+        true
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (dst, x, indices, table, rows_per_palette);
+        false
     }
 }
 
@@ -116,9 +161,11 @@ mod avx512 {
                 1 => _mm512_permutexvar_epi8(v, p[0]),
                 2 => _mm512_permutex2var_epi8(p[0], v, p[1]),
                 _ => {
-                    let low_half = _mm512_permutex2var_epi8(p[0], v, p[1]);
-                    let high_half = _mm512_permutex2var_epi8(p[2], v, p[3]);
-                    _mm512_mask_blend_epi8(_mm512_movepi8_mask(v), low_half, high_half)
+                    // bit 7 set: the high half's entry, in place of the index byte; then the
+                    // low half's for the bytes still holding their index
+                    let high = _mm512_movepi8_mask(v);
+                    let some = _mm512_mask2_permutex2var_epi8(p[2], v, high, p[3]);
+                    _mm512_mask2_permutex2var_epi8(p[0], some, !high, p[1])
                 }
             };
             let (lo, hi) = (plane(&self.lo), plane(&self.hi));
@@ -131,6 +178,136 @@ mod avx512 {
                 _mm512_mask_blend_epi8(ODD_BYTES, _mm512_srli_epi16::<8>(lo), hi),
             )
         }
+    }
+
+    /// [`available`] and what the fp16 dot of [`matvec8_rows`] needs.
+    pub(super) fn pipelines() -> bool {
+        available()
+            && is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma")
+            && is_x86_feature_detected!("f16c")
+    }
+
+    std::thread_local! {
+        /// Two passes' four rows: the pass being dotted and the next one being formed.
+        static PASSES: std::cell::RefCell<Vec<f16>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+
+    /// The rows `first..first + dst.len()` of [`super::matvec8`].
+    ///
+    /// # Safety
+    /// AVX-512F/BW/VBMI, AVX2, FMA, F16C present; the rows' indices and palettes lie inside
+    /// `indices` / `table`; `x.len()` is a positive multiple of 32.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx2,fma,f16c")]
+    pub(super) unsafe fn matvec8_rows(
+        dst: &mut [f32],
+        first: usize,
+        x: &[f32],
+        indices: &[u8],
+        table: &[f16],
+        rows_per_palette: usize,
+    ) {
+        let k = x.len();
+        let group = |row: usize| row / rows_per_palette;
+        let palette = |row: usize| &table[256 * group(row)..256 * (group(row) + 1)];
+        // rows `row..row + 4` formed by the look-up of one call a palette
+        let form_four = |row: usize, out: &mut [f16]| {
+            let mut r = row;
+            while r < row + 4 {
+                let end = ((group(r) + 1) * rows_per_palette).min(row + 4);
+                super::form(
+                    indices,
+                    8,
+                    r * k,
+                    palette(r),
+                    &mut out[(r - row) * k..(end - row) * k],
+                );
+                r = end;
+            }
+        };
+        let passes = dst.len() / 4;
+        PASSES.with(|cell| {
+            let mut buf = cell.borrow_mut();
+            buf.resize(8 * k, f16::ZERO);
+            let (mut cur, mut next) = buf.split_at_mut(4 * k);
+            if passes > 0 {
+                form_four(first, cur);
+            }
+            let (mut planes, mut planes_group) = (Planes::of(&[]), usize::MAX);
+            for p in 0..passes {
+                let row = first + 4 * p;
+                let sums = if p + 1 < passes && group(row + 4) == group(row + 7) {
+                    if group(row + 4) != planes_group {
+                        planes_group = group(row + 4);
+                        planes = Planes::of(palette(row + 4));
+                    }
+                    let src = indices.as_ptr().add((row + 4) * k);
+                    dot4_forming::<true>(cur, x, &planes, src, next.as_mut_ptr())
+                } else {
+                    if p + 1 < passes {
+                        form_four(row + 4, next);
+                    }
+                    dot4_forming::<false>(cur, x, &planes, std::ptr::null(), std::ptr::null_mut())
+                };
+                dst[4 * p..4 * p + 4].copy_from_slice(&sums);
+                std::mem::swap(&mut cur, &mut next);
+            }
+            let dot1 = crate::kernels::simd::dot_f16_kernel();
+            for (i, d) in dst.iter_mut().enumerate().skip(4 * passes) {
+                let row = &mut next[..k];
+                super::form(indices, 8, (first + i) * k, palette(first + i), row);
+                *d = dot1(row, x);
+            }
+        })
+    }
+
+    /// The dots of the four formed rows `formed` (row `r` at `r · k`, `k = x.len()`) with `x`,
+    /// bit for bit `simd::avx512::dot_f16_rows::<4>` (element `i + l` of a 32-element step
+    /// into lane `l` of a row's first accumulator, `i + 16 + l` into its second; no tail, as
+    /// `k` is a multiple of 32; the same reduction); with `FORM`, meanwhile the `4 k`
+    /// indices at `src` looked up into `out`, two 64-element steps a dot step.
+    ///
+    /// # Safety
+    /// The CPU has the features of [`matvec8_rows`]; `formed` holds `4 k` values; with `FORM`,
+    /// `src` and `out` point at `4 k` indices and values.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx2,fma,f16c")]
+    unsafe fn dot4_forming<const FORM: bool>(
+        formed: &[f16],
+        x: &[f32],
+        planes: &Planes,
+        src: *const u8,
+        out: *mut f16,
+    ) -> [f32; 4] {
+        let k = x.len();
+        let (pw, px) = (formed.as_ptr(), x.as_ptr());
+        let mut a01 = [_mm512_setzero_ps(); 4];
+        let mut a23 = [_mm512_setzero_ps(); 4];
+        let mut i = 0;
+        while i < k {
+            if FORM {
+                // the indices a pass on, asked for ahead (the prefetcher stops at pages)
+                let e = 4 * i;
+                for step in [e, e + 64] {
+                    _mm_prefetch::<_MM_HINT_T0>(src.wrapping_add(step + 8192) as *const i8);
+                    let v = _mm512_loadu_si512(src.add(step) as *const __m512i);
+                    let (low, high) = planes.look_up::<4>(v);
+                    _mm512_storeu_si512(out.add(step) as *mut __m512i, low);
+                    _mm512_storeu_si512(out.add(step + 32) as *mut __m512i, high);
+                }
+            }
+            let x0 = _mm512_loadu_ps(px.add(i));
+            let x1 = _mm512_loadu_ps(px.add(i + 16));
+            for r in 0..4 {
+                let at = pw.add(r * k + i);
+                let w0 = _mm512_cvtph_ps(_mm256_loadu_si256(at as *const __m256i));
+                let w1 = _mm512_cvtph_ps(_mm256_loadu_si256(at.add(16) as *const __m256i));
+                a01[r] = _mm512_fmadd_ps(w0, x0, a01[r]);
+                a23[r] = _mm512_fmadd_ps(w1, x1, a23[r]);
+            }
+            i += 32;
+        }
+        std::array::from_fn(|r| crate::kernels::simd::avx512::reduce(a01[r], a23[r]))
     }
 
     /// Byte `b` of a step's permutes: `EVEN`/`ODD` pick the low/high bytes of 64 fp16
@@ -285,5 +462,73 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// `lut::matvec8` over (rows, k, rows a palette): each value bit for bit the fp16 matvec
+    /// of the rows its indices stand for, alone and on teams of 1–3 threads.
+    #[test]
+    fn matvec8_is_the_fp16_matvec_of_its_rows() {
+        use crate::kernels::linalg;
+        use crate::team::{self, Team};
+        use std::sync::Arc;
+        // one row; palettes of one row; runs that straddle palettes (6 and 7 rows); a tail
+        // after the four-row passes; SmolLM2's and Qwen2.5's widths; enough work to spread
+        let shapes = [
+            (1usize, 32usize, 1usize),
+            (9, 64, 1),
+            (37, 96, 6),
+            (23, 160, 7),
+            (103, 128, 103),
+            (64, 576, 32),
+            (13, 4864, 4),
+            (600, 576, 8),
+            (300, 896, 32),
+        ];
+        let mut rng = Rng(0x5EED_0F08);
+        for (rows, k, per) in shapes {
+            let palettes = rows.div_ceil(per);
+            let table: Vec<f16> = (0..256 * palettes)
+                .map(|_| f16::from_bits(rng.next() as u16 & 0x7BFF))
+                .collect();
+            let indices: Vec<u8> = (0..rows * k).map(|_| rng.next() as u8).collect();
+            let halves: Vec<f16> = (0..rows * k)
+                .map(|e| table[256 * (e / k / per) + indices[e] as usize])
+                .collect();
+            let x = rng.floats(k, 2.0);
+            let mut want = vec![0.0f32; rows];
+            linalg::matvec_f16(&mut want, &halves, &x).unwrap();
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            for threads in [0, 1, 2, 3] {
+                let mut got = vec![f32::NAN; rows];
+                let taken = if threads == 0 {
+                    matvec8(&mut got, &x, &indices, &table, per)
+                } else {
+                    let team = Arc::new(Team::new(threads).unwrap());
+                    team::with_team(&team, || matvec8(&mut got, &x, &indices, &table, per))
+                };
+                if !taken {
+                    #[cfg(target_arch = "x86_64")]
+                    assert!(!avx512::pipelines(), "declined {rows}×{k} on a VBMI CPU");
+                    continue;
+                }
+                assert_eq!(
+                    bits(&got),
+                    bits(&want),
+                    "{rows}×{k}, {per} rows a palette, team {threads}"
+                );
+            }
+        }
+        // declined: rows not a multiple of 32, too few indices, too few palettes
+        let (x, mut out) = (vec![1.0f32; 48], vec![0.0f32; 4]);
+        assert!(!matvec8(&mut out, &x, &[0; 4 * 48], &[f16::ZERO; 256], 4));
+        let x = vec![1.0f32; 64];
+        assert!(!matvec8(
+            &mut out,
+            &x,
+            &[0; 4 * 64 - 1],
+            &[f16::ZERO; 256],
+            4
+        ));
+        assert!(!matvec8(&mut out, &x, &[0; 4 * 64], &[f16::ZERO; 256], 2));
     }
 }

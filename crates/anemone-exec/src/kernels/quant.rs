@@ -537,7 +537,7 @@ fn rows_per_block(rows: usize, row_bytes: usize, threads: usize) -> usize {
 
 /// Runs `kernel(first_row, rows)` over `dst` in blocks of [`rows_per_block`] rows, on the
 /// decode team (as the fp16 matvec) when the product is large enough.
-fn spread_rows(
+pub(crate) fn spread_rows(
     dst: &mut [f32],
     row_bytes: usize,
     k: usize,

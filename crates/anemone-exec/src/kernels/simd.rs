@@ -119,7 +119,7 @@ mod avx2 {
 /// prefetch: a single-token matvec streams its weights from memory once, and the hardware
 /// prefetcher stops at every page boundary); hints change no value.
 #[cfg(target_arch = "x86_64")]
-mod avx512 {
+pub(crate) mod avx512 {
     use std::arch::x86_64::*;
 
     use half::f16;
@@ -179,22 +179,32 @@ mod avx512 {
         }
         let mut sums = [0.0f32; R];
         for r in 0..R {
-            let pair = |v: __m512| {
-                _mm256_add_ps(
-                    _mm512_castps512_ps256(v),
-                    _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v))),
-                )
-            };
-            let sum = _mm256_add_ps(pair(a01[r]), pair(a23[r]));
-            let mut l = [0.0f32; 8];
-            _mm256_storeu_ps(l.as_mut_ptr(), sum);
-            let mut s = (l[0] + l[4]) + (l[1] + l[5]) + ((l[2] + l[6]) + (l[3] + l[7]));
+            let mut s = reduce(a01[r], a23[r]);
             for j in i..n {
                 s += w[r * rs + j].to_f32() * x[j];
             }
             sums[r] = s;
         }
         sums
+    }
+
+    /// The sum of [`dot_f16_rows_at`]'s two accumulators of a row: lanes `l` and `l + 8` of
+    /// each added, the two results added, then the eight lanes as
+    /// `(l0 + l4) + (l1 + l5) + ((l2 + l6) + (l3 + l7))`.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2")]
+    pub(crate) fn reduce(a01: __m512, a23: __m512) -> f32 {
+        let pair = |v: __m512| {
+            _mm256_add_ps(
+                _mm512_castps512_ps256(v),
+                _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v))),
+            )
+        };
+        let sum = _mm256_add_ps(pair(a01), pair(a23));
+        let mut l = [0.0f32; 8];
+        // SAFETY: eight lanes into eight floats
+        unsafe { _mm256_storeu_ps(l.as_mut_ptr(), sum) };
+        (l[0] + l[4]) + (l[1] + l[5]) + ((l[2] + l[6]) + (l[3] + l[7]))
     }
 
     /// The dots of the `R` f32 rows at `w[r rs..r rs + k]` (`k = x.len()`) with `x`, each in the
