@@ -162,10 +162,10 @@ mod avx512 {
                 2 => _mm512_permutex2var_epi8(p[0], v, p[1]),
                 _ => {
                     // bit 7 set: the high half's entry, in place of the index byte; then the
-                    // low half's for the bytes still holding their index
+                    // low half's for the bytes still holding their index (no blend)
                     let high = _mm512_movepi8_mask(v);
                     let some = _mm512_mask2_permutex2var_epi8(p[2], v, high, p[3]);
-                    _mm512_mask2_permutex2var_epi8(p[0], some, !high, p[1])
+                    _mm512_mask2_permutex2var_epi8(p[0], some, not(high), p[1])
                 }
             };
             let (lo, hi) = (plane(&self.lo), plane(&self.hi));
@@ -308,6 +308,24 @@ mod avx512 {
             i += 32;
         }
         std::array::from_fn(|r| crate::kernels::simd::avx512::reduce(a01[r], a23[r]))
+    }
+
+    /// `!mask` by a mask-register op: written as `!mask`, LLVM compares the bytes again
+    /// instead, on the shuffle port the look-up is bound by.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw")]
+    fn not(mask: __mmask64) -> __mmask64 {
+        let inverted: __mmask64;
+        // SAFETY: one mask-register instruction of the enabled AVX-512BW; no memory, no flags
+        unsafe {
+            std::arch::asm!(
+                "knotq {inverted}, {mask}",
+                inverted = out(kreg) inverted,
+                mask = in(kreg) mask,
+                options(pure, nomem, nostack, preserves_flags),
+            )
+        };
+        inverted
     }
 
     /// Byte `b` of a step's permutes: `EVEN`/`ODD` pick the low/high bytes of 64 fp16
