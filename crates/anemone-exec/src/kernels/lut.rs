@@ -4,9 +4,10 @@
 //! `bits` whole bytes (LSB-first), spread to one qword each by a byte permute and cut out by a
 //! multishift; the palette, padded to 256 entries, is looked up a byte plane at a time (low and
 //! high bytes of the entries, 128 entries a two-register byte permute, bit 7 picking the half),
-//! the indices paired first so the two planes' bytes make fp16 words by shifts and blends. The
+//! the planes' bytes then interleaved into fp16 words and stored a 128-bit lane at a time. The
 //! shuffle port bounds it (a two-register byte permute takes it two cycles on the x86 machine
-//! measured, and the fp16 dot's conversions share that port while its FMAs need the other), so
+//! measured, and the fp16 dot's conversions share that port while its FMAs need the other;
+//! work that may run on either port is kept few, as the scheduler puts some of it there), so
 //! the one-token matvec of 8-bit indices ([`matvec8`]) looks up the next four rows while it
 //! dots four, the two kinds of work side by side in one loop; `examples/lut_bench.rs` times the
 //! look-up and the matvecs. Elsewhere, and for a run that does not start on a byte, one index
@@ -148,15 +149,18 @@ mod avx512 {
             planes
         }
 
-        /// The entries of 64 byte indices below `64 · GROUPS` (1, 2 or 4), as the fp16 bit
-        /// patterns of elements 0–31 and 32–63: one permute a plane for 6-bit indices, a
-        /// two-register one for 7-bit ones, two and a blend on bit 7 for 8-bit ones. The
-        /// indices are first paired (byte `2 j` element `j`, byte `2 j + 1` element `32 + j`),
-        /// so the planes' bytes make words by a shift and a blend, off the shuffle port.
+        /// The entries of 64 byte indices below `64 · GROUPS` (1, 2 or 4), written as the fp16
+        /// values of 64 elements at `out`: one permute a plane for 6-bit indices, a
+        /// two-register one for 7-bit ones, two merged by the mask of bit 7 for 8-bit ones;
+        /// then the planes' bytes interleaved into words (elements `16 q ..16 q + 8` and
+        /// `16 q + 8 .. 16 q + 16` of each 128-bit lane `q`) and stored a lane at a time
+        /// (a lane's store takes no shuffle).
+        ///
+        /// # Safety
+        /// `out` points at 64 writable values.
         #[inline]
         #[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
-        fn look_up<const GROUPS: usize>(&self, v: __m512i) -> (__m512i, __m512i) {
-            let v = _mm512_permutexvar_epi8(constant(&PAIRS), v);
+        unsafe fn look_up_into<const GROUPS: usize>(&self, v: __m512i, out: *mut f16) {
             let plane = |p: &[__m512i; 4]| match GROUPS {
                 1 => _mm512_permutexvar_epi8(v, p[0]),
                 2 => _mm512_permutex2var_epi8(p[0], v, p[1]),
@@ -169,14 +173,26 @@ mod avx512 {
                 }
             };
             let (lo, hi) = (plane(&self.lo), plane(&self.hi));
-            // odd bytes: the high byte of each word
-            const ODD_BYTES: __mmask64 = 0xAAAA_AAAA_AAAA_AAAA;
-            (
-                // word j: (lo, hi) of byte 2 j, element j
-                _mm512_mask_blend_epi8(ODD_BYTES, lo, _mm512_slli_epi16::<8>(hi)),
-                // word j: (lo, hi) of byte 2 j + 1, element 32 + j
-                _mm512_mask_blend_epi8(ODD_BYTES, _mm512_srli_epi16::<8>(lo), hi),
-            )
+            let (first, second) = (_mm512_unpacklo_epi8(lo, hi), _mm512_unpackhi_epi8(lo, hi));
+            // Written out: from intrinsics LLVM merges the eight stores back into two, by two
+            // two-register permutes (two shuffle-port cycles each).
+            // SAFETY: 64 values (128 bytes) at `out`, the caller's contract; AVX-512F enabled.
+            unsafe {
+                std::arch::asm!(
+                    "vmovdqu xmmword ptr [{out}], {first:x}",
+                    "vmovdqu xmmword ptr [{out} + 16], {second:x}",
+                    "vextracti32x4 xmmword ptr [{out} + 32], {first}, 1",
+                    "vextracti32x4 xmmword ptr [{out} + 48], {second}, 1",
+                    "vextracti32x4 xmmword ptr [{out} + 64], {first}, 2",
+                    "vextracti32x4 xmmword ptr [{out} + 80], {second}, 2",
+                    "vextracti32x4 xmmword ptr [{out} + 96], {first}, 3",
+                    "vextracti32x4 xmmword ptr [{out} + 112], {second}, 3",
+                    out = in(reg) out,
+                    first = in(zmm_reg) first,
+                    second = in(zmm_reg) second,
+                    options(nostack, preserves_flags),
+                )
+            }
         }
     }
 
@@ -291,9 +307,7 @@ mod avx512 {
                 for step in [e, e + 64] {
                     _mm_prefetch::<_MM_HINT_T0>(src.wrapping_add(step + 8192) as *const i8);
                     let v = _mm512_loadu_si512(src.add(step) as *const __m512i);
-                    let (low, high) = planes.look_up::<4>(v);
-                    _mm512_storeu_si512(out.add(step) as *mut __m512i, low);
-                    _mm512_storeu_si512(out.add(step + 32) as *mut __m512i, high);
+                    planes.look_up_into::<4>(v, out.add(step));
                 }
             }
             let x0 = _mm512_loadu_ps(px.add(i));
@@ -334,8 +348,6 @@ mod avx512 {
     /// bit `j · bits`.
     const EVEN: [u8; 64] = every_other(0);
     const ODD: [u8; 64] = every_other(1);
-    /// Byte `2 j` of `PAIRS` is element `j`, byte `2 j + 1` element `32 + j`.
-    const PAIRS: [u8; 64] = pairs();
     const SPREAD: [[u8; 64]; 9] = spreads_and_shifts().0;
     const SHIFTS: [[u8; 64]; 9] = spreads_and_shifts().1;
 
@@ -345,16 +357,6 @@ mod avx512 {
         let mut b = 0;
         while b < 64 {
             out[b] = (2 * b + from) as u8;
-            b += 1;
-        }
-        out
-    }
-
-    const fn pairs() -> [u8; 64] {
-        let mut out = [0u8; 64];
-        let mut b = 0;
-        while b < 64 {
-            out[b] = (b / 2 + 32 * (b % 2)) as u8;
             b += 1;
         }
         out
@@ -427,9 +429,7 @@ mod avx512 {
                 let placed = _mm512_permutexvar_epi8(spread, raw);
                 _mm512_and_si512(_mm512_multishift_epi64_epi8(shifts, placed), keep)
             };
-            let (low, high) = planes.look_up::<GROUPS>(v);
-            _mm512_storeu_si512(dst.add(e) as *mut __m512i, low);
-            _mm512_storeu_si512(dst.add(e + 32) as *mut __m512i, high);
+            planes.look_up_into::<GROUPS>(v, dst.add(e));
             e += 64;
         }
         e
