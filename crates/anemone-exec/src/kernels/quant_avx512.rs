@@ -335,21 +335,12 @@ unsafe fn nibble_indices(p: *const u8) -> __m512i {
 }
 
 /// The fp16 dot's final sum of its accumulators (`a01` = accumulators 0 and 1 side by side,
-/// `a23` = 2 and 3): `(acc0 + acc1) + (acc2 + acc3)`, then its lane order.
+/// `a23` = 2 and 3): `(acc0 + acc1) + (acc2 + acc3)`, then its lane order — the fp16 four-row
+/// dot's own ([`crate::kernels::simd`]).
 #[inline]
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
 fn finish(a01: __m512, a23: __m512) -> f32 {
-    let pair = |v: __m512| {
-        _mm256_add_ps(
-            _mm512_castps512_ps256(v),
-            _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v))),
-        )
-    };
-    let sum = _mm256_add_ps(pair(a01), pair(a23));
-    let mut l = [0.0f32; 8];
-    // SAFETY: `l` holds 8 values.
-    unsafe { _mm256_storeu_ps(l.as_mut_ptr(), sum) };
-    (l[0] + l[4]) + (l[1] + l[5]) + ((l[2] + l[6]) + (l[3] + l[7]))
+    crate::kernels::simd::avx512::reduce(a01, a23)
 }
 
 /// Walks `k` columns in blocks of `per`: `block(b)` once per block, before its columns, and
