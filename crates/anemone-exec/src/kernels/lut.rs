@@ -152,7 +152,7 @@ mod avx512 {
         /// The entries of 64 byte indices below `64 · GROUPS` (1, 2 or 4), written as the fp16
         /// values of 64 elements at `out`: one permute a plane for 6-bit indices, a
         /// two-register one for 7-bit ones, two merged by the mask of bit 7 for 8-bit ones;
-        /// then the planes' bytes interleaved into words (elements `16 q ..16 q + 8` and
+        /// then the planes' bytes interleaved into words (elements `16 q .. 16 q + 8` and
         /// `16 q + 8 .. 16 q + 16` of each 128-bit lane `q`) and stored a lane at a time
         /// (a lane's store takes no shuffle).
         ///
