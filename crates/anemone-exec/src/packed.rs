@@ -550,6 +550,23 @@ impl HalfWeight {
         Some(quant::Weight::new(all, k, blocks.rows_per)?.with_split(split))
     }
 
+    /// The weight as [`lut::matvec8`] reads it: 8-bit palette indices, palettes of whole rows.
+    fn lut8(&self) -> Option<lut::Lut8<'_>> {
+        match &self.data {
+            WeightData::Lut {
+                indices,
+                table,
+                blocks,
+                ..
+            } if indices.dtype().bits() == 8 && blocks.col_blocks == 1 => Some(lut::Lut8 {
+                indices: indices.bytes(),
+                table,
+                rows_per_palette: blocks.rows_per,
+            }),
+            _ => None,
+        }
+    }
+
     /// Row `i` as the fused kernels read it, when the weight is one they take: 8-bit data or
     /// 4-bit data / palette indices, blocks of whole rows or of column runs.
     #[inline]
@@ -649,23 +666,10 @@ impl HalfWeight {
             {
                 Ok(())
             }
-            (
-                WeightData::Lut {
-                    indices,
-                    table,
-                    blocks,
-                    ..
-                },
-                Accumulation::F32,
-            ) if indices.dtype().bits() == 8
-                && blocks.col_blocks == 1
-                && crate::kernels::lut::matvec8(
-                    dst,
-                    x,
-                    indices.bytes(),
-                    table,
-                    blocks.rows_per,
-                ) =>
+            (WeightData::Lut { .. }, Accumulation::F32)
+                if self
+                    .lut8()
+                    .is_some_and(|w| lut::matvec8_group(&mut [(&mut *dst, w)], x)) =>
             {
                 Ok(())
             }
@@ -687,9 +691,20 @@ impl HalfWeight {
 
     /// `dst = W · x` (one token, f32 accumulation) for several compressed weights of one input
     /// in one parallel region ([`quant::matvec_group`]), each output exactly its own
-    /// [`Self::matvec`]'s. `false` (outputs unspecified) unless the fused kernels take every
-    /// weight; then each runs its own `matvec`.
+    /// [`Self::matvec`]'s. `false` (outputs unspecified) unless the fused kernels, or
+    /// [`lut::matvec8_group`], take every weight; then each runs its own `matvec`.
     pub fn matvec_fused_group(group: &mut [(&HalfWeight, &mut [f32])], x: &[f32]) -> bool {
+        let shaped = |w: &HalfWeight, dst: &[f32]| w.rows_cols() == (dst.len(), x.len());
+        let lut8: Option<Vec<_>> = group
+            .iter_mut()
+            .map(|(w, dst)| {
+                let lut8 = w.lut8().filter(|_| shaped(w, dst))?;
+                Some((&mut **dst, lut8))
+            })
+            .collect();
+        if let Some(mut lut8) = lut8 {
+            return lut::matvec8_group(&mut lut8, x);
+        }
         let mut weights = Vec::with_capacity(group.len());
         for (w, dst) in group.iter_mut() {
             let (rows, k) = w.rows_cols();

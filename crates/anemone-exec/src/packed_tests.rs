@@ -308,13 +308,31 @@ fn a_fused_group_is_each_weights_own_matvec() {
         })
         .collect();
     let x = rng.floats(k, 2.0);
+    assert_group_is_own_matvecs(&weights, &x);
+    // a weight the kernels do not take (rows of 40 columns): the group reports it
+    let odd = HalfWeight::shift_scale(
+        &ints(&mut rng, DType::I8, vec![8, 40]),
+        &TensorData::f16_from_f32(vec![8, 1], &[0.5; 8]).unwrap(),
+        None,
+    )
+    .unwrap();
+    let mut d = [0.0; 8];
+    assert!(!HalfWeight::matvec_fused_group(
+        &mut [(&odd, &mut d[..])],
+        &x[..40]
+    ));
+}
+
+/// On a team of two, [`HalfWeight::matvec_fused_group`] takes `weights` (one input `x`) and
+/// gives each its own matvec's values, bit for bit.
+fn assert_group_is_own_matvecs(weights: &[HalfWeight], x: &[f32]) {
     let team = crate::team::Team::shared(2).unwrap();
     crate::team::with_team(&team, || {
         let want: Vec<Vec<f32>> = weights
             .iter()
             .map(|w| {
                 let mut d = vec![0.0; w.rows_cols().0];
-                w.matvec(&mut d, &x, Accumulation::F32).unwrap();
+                w.matvec(&mut d, x, Accumulation::F32).unwrap();
                 d
             })
             .collect();
@@ -327,24 +345,46 @@ fn a_fused_group_is_each_weights_own_matvec() {
             .zip(outs.iter_mut())
             .map(|(w, d)| (w, d.as_mut_slice()))
             .collect();
-        assert!(HalfWeight::matvec_fused_group(&mut group, &x));
+        assert!(HalfWeight::matvec_fused_group(&mut group, x));
         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         for (got, want) in outs.iter().zip(&want) {
             assert_eq!(bits(got), bits(want));
         }
-        // a weight the kernels do not take (rows of 40 columns): the group reports it
-        let odd = HalfWeight::shift_scale(
-            &ints(&mut rng, DType::I8, vec![8, 40]),
-            &TensorData::f16_from_f32(vec![8, 1], &[0.5; 8]).unwrap(),
-            None,
-        )
-        .unwrap();
-        let mut d = [0.0; 8];
-        assert!(!HalfWeight::matvec_fused_group(
-            &mut [(&odd, &mut d[..])],
-            &x[..40]
-        ));
     });
+}
+
+/// 8-bit palettized q/k/v-like weights (palettes of 32 rows, of 16, one a row; a row count
+/// that leaves a tail after the four-row passes) run as one group, each its own matvec's
+/// values; with a 4-bit palettized member the group is declined (each runs its own).
+#[test]
+fn an_8_bit_palettized_group_is_each_weights_own_matvec() {
+    if !crate::kernels::lut::matvec8(&mut [0.0; 4], &[0.0; 32], &[0; 128], &[f16::ZERO; 256], 4)
+    {
+        return; // no AVX-512 VBMI: these weights run their own matvecs
+    }
+    let mut rng = Rng(0x8B17_6A0E);
+    let k = 576;
+    let lut_weight = |rng: &mut Rng, dtype: DType, rows: usize, rows_per: usize| {
+        let indices = ints(rng, dtype, vec![rows, k]);
+        let palette = 1usize << dtype.bits();
+        let lshape = vec![rows / rows_per, 1, palette, 1];
+        let lut = TensorData::f16_from_f32(lshape, &rng.floats(rows / rows_per * palette, 2.0));
+        HalfWeight::lut(&indices, &lut.unwrap()).unwrap()
+    };
+    let weights = [
+        lut_weight(&mut rng, DType::U8, 576, 32),
+        lut_weight(&mut rng, DType::U8, 192, 16),
+        lut_weight(&mut rng, DType::U8, 66, 1),
+    ];
+    let x = rng.floats(k, 2.0);
+    assert_group_is_own_matvecs(&weights, &x);
+    let mixed = [&weights[1], &lut_weight(&mut rng, DType::U4, 64, 16)];
+    let mut outs = [vec![0.0; 192], vec![0.0; 64]];
+    let [a, b] = &mut outs;
+    assert!(!HalfWeight::matvec_fused_group(
+        &mut [(mixed[0], &mut a[..]), (mixed[1], &mut b[..])],
+        &x
+    ));
 }
 
 /// A wide pointwise convolution by a compressed weight (expanded a panel of rows at a time)

@@ -63,8 +63,8 @@ pub fn form(bytes: &[u8], bits: usize, first: usize, palette: &[f16], out: &mut 
 /// and then dotted, each phase waits on one port). Each value is bit for bit
 /// [`super::quant::matvec_by_formed_rows`]'s over [`form`]'s rows: the same fp16 values into
 /// the same accumulator lanes of the four-row fp16 dot in the same order. `false` (nothing
-/// written) where it does not apply: no AVX-512 VBMI, rows not a multiple of 32, or
-/// `indices` / `table` too short.
+/// written) where it does not apply: no AVX-512 VBMI, `x.len()` not a positive multiple of
+/// 32, or `indices` / `table` too short.
 pub fn matvec8(
     dst: &mut [f32],
     x: &[f32],
@@ -72,28 +72,55 @@ pub fn matvec8(
     table: &[f16],
     rows_per_palette: usize,
 ) -> bool {
+    let weight = Lut8 {
+        indices,
+        table,
+        rows_per_palette,
+    };
+    matvec8_group(&mut [(dst, weight)], x)
+}
+
+/// An 8-bit palettized weight as [`matvec8`] reads it.
+#[derive(Clone, Copy)]
+pub struct Lut8<'w> {
+    pub indices: &'w [u8],
+    pub table: &'w [f16],
+    pub rows_per_palette: usize,
+}
+
+/// [`matvec8`] of several weights of one input `x` (a layer's q/k/v) in one parallel region,
+/// each output exactly its own [`matvec8`]'s. `false` (nothing written) unless [`matvec8`]
+/// applies to every weight.
+pub fn matvec8_group(group: &mut [(&mut [f32], Lut8)], x: &[f32]) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        let (rows, k) = (dst.len(), x.len());
-        let fits = k > 0
-            && k.is_multiple_of(32)
-            && rows_per_palette > 0
-            && indices.len() >= rows * k
-            && table.len() >= rows.div_ceil(rows_per_palette) * 256;
-        if !fits || !avx512::pipelines() {
+        let k = x.len();
+        let fits = |rows: usize, w: &Lut8| {
+            k > 0
+                && k.is_multiple_of(32)
+                && w.rows_per_palette > 0
+                && w.indices.len() >= rows * k
+                && w.table.len() >= rows.div_ceil(w.rows_per_palette) * 256
+        };
+        if !group.iter().all(|(dst, w)| fits(dst.len(), w)) || !avx512::pipelines() {
             return false;
         }
-        let kernel = |first: usize, chunk: &mut [f32]| {
+        let weights: Vec<Lut8> = group.iter().map(|(_, w)| *w).collect();
+        let mut dsts: Vec<&mut [f32]> = group.iter_mut().map(|(dst, _)| &mut **dst).collect();
+        let kernel = |m: usize, first: usize, chunk: &mut [f32]| {
+            let w = &weights[m];
             // SAFETY: the features were detected; `first..first + chunk.len()` are rows of
-            // `dst`, whose indices and palettes lie inside `indices` / `table` (checked above).
-            unsafe { avx512::matvec8_rows(chunk, first, x, indices, table, rows_per_palette) }
+            // output `m`, whose indices and palettes lie inside its weight's (checked above).
+            unsafe {
+                avx512::matvec8_rows(chunk, first, x, w.indices, w.table, w.rows_per_palette)
+            }
         };
-        super::quant::spread_rows(dst, k, k, kernel);
+        super::quant::spread_rows_of(&mut dsts, k, k, kernel);
         true
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = (dst, x, indices, table, rows_per_palette);
+        let _ = (group, x);
         false
     }
 }

@@ -543,15 +543,39 @@ pub(crate) fn spread_rows(
     k: usize,
     kernel: impl Fn(usize, &mut [f32]) + Sync,
 ) {
-    let rows = dst.len();
-    let (team, threads) = super::linalg::region_team(rows * k);
-    let per_block = rows_per_block(rows, row_bytes, threads);
-    let out = crate::team::SharedOut::new(dst);
-    crate::team::for_each_block(team.as_deref(), rows.div_ceil(per_block), &|t| {
-        let first = t * per_block;
-        // SAFETY: blocks are disjoint row ranges of `dst`, borrowed until the region ends.
-        let chunk = unsafe { out.slice(first..(first + per_block).min(rows)) };
-        kernel(first, chunk);
+    spread_rows_of(&mut [dst], row_bytes, k, |_, first, rows| kernel(first, rows));
+}
+
+/// [`spread_rows`] over several outputs of one input (a layer's q/k/v) in one parallel region:
+/// `kernel(output, first_row, rows)`, each output's rows in the blocks its own
+/// [`spread_rows`] would cut (one fork and join instead of one per output).
+pub(crate) fn spread_rows_of(
+    dsts: &mut [&mut [f32]],
+    row_bytes: usize,
+    k: usize,
+    kernel: impl Fn(usize, usize, &mut [f32]) + Sync,
+) {
+    let work: usize = dsts.iter().map(|d| d.len() * k).sum();
+    let (team, threads) = super::linalg::region_team(work);
+    // per output: its rows, rows a block, its first block; then its buffer
+    let mut blocks = 0;
+    let mut jobs = Vec::with_capacity(dsts.len());
+    for dst in dsts.iter_mut() {
+        let rows = dst.len();
+        let per_block = rows_per_block(rows, row_bytes, threads);
+        jobs.push((rows, per_block, blocks, crate::team::SharedOut::new(dst)));
+        blocks += rows.div_ceil(per_block);
+    }
+    crate::team::for_each_block(team.as_deref(), blocks, &|b| {
+        let Some(m) = jobs.iter().rposition(|job| job.2 <= b) else {
+            return;
+        };
+        let (rows, per_block, first_block, out) = &jobs[m];
+        let first = (b - first_block) * per_block;
+        // SAFETY: blocks are disjoint row ranges of the outputs, borrowed until the region
+        // ends.
+        let chunk = unsafe { out.slice(first..(first + per_block).min(*rows)) };
+        kernel(m, first, chunk);
     });
 }
 
