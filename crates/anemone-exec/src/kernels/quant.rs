@@ -470,7 +470,7 @@ fn run_group<'w, S: Rows<'w>>(group: &mut [Projection<S>], x: &[f32]) -> bool {
     for (p, first) in group.iter_mut().zip(firsts) {
         let Some(first) = first else { continue };
         let rows = p.dst.len();
-        let per_block = rows_per_block(rows, first.code_bytes(), threads);
+        let per_block = rows_per_block(rows, first.code_bytes(), threads, BLOCK_BYTES);
         jobs.push(Job {
             out: crate::team::SharedOut::new(p.dst),
             rows,
@@ -525,12 +525,12 @@ unsafe fn dots_covered<'w>(
 }
 
 /// Rows per block of a matvec of `rows` rows of `row_bytes` stored bytes each on `threads`
-/// threads: the rows split evenly into the fewest blocks of at most [`BLOCK_BYTES`] whose
-/// count is a multiple of `threads` (no thread idles while another finishes a long last
-/// block), a multiple of [`GROUP`] rows.
-fn rows_per_block(rows: usize, row_bytes: usize, threads: usize) -> usize {
+/// threads: the rows split evenly into the fewest blocks of at most `block_bytes` (else
+/// [`BLOCK_BYTES`]) whose count is a multiple of `threads` (no thread idles while another
+/// finishes a long last block), a multiple of [`GROUP`] rows.
+fn rows_per_block(rows: usize, row_bytes: usize, threads: usize, block_bytes: usize) -> usize {
     let blocks = (rows * row_bytes)
-        .div_ceil(BLOCK_BYTES)
+        .div_ceil(block_bytes)
         .next_multiple_of(threads.max(1));
     rows.div_ceil(blocks.max(1)).next_multiple_of(GROUP)
 }
@@ -543,15 +543,17 @@ pub(crate) fn spread_rows(
     k: usize,
     kernel: impl Fn(usize, &mut [f32]) + Sync,
 ) {
-    spread_rows_of(&mut [dst], row_bytes, k, |_, first, rows| kernel(first, rows));
+    let kernel = |_, first, rows: &mut [f32]| kernel(first, rows);
+    spread_rows_of(&mut [dst], row_bytes, BLOCK_BYTES, k, kernel);
 }
 
-/// [`spread_rows`] over several outputs of one input (a layer's q/k/v) in one parallel region:
-/// `kernel(output, first_row, rows)`, each output's rows in the blocks its own
-/// [`spread_rows`] would cut (one fork and join instead of one per output).
+/// [`spread_rows`] over several outputs of one input (a layer's q/k/v) in one parallel region,
+/// blocks of at most `block_bytes`: `kernel(output, first_row, rows)` for each block of each
+/// output's rows (one fork and join instead of one per output).
 pub(crate) fn spread_rows_of(
     dsts: &mut [&mut [f32]],
     row_bytes: usize,
+    block_bytes: usize,
     k: usize,
     kernel: impl Fn(usize, usize, &mut [f32]) + Sync,
 ) {
@@ -562,7 +564,7 @@ pub(crate) fn spread_rows_of(
     let mut jobs = Vec::with_capacity(dsts.len());
     for dst in dsts.iter_mut() {
         let rows = dst.len();
-        let per_block = rows_per_block(rows, row_bytes, threads);
+        let per_block = rows_per_block(rows, row_bytes, threads, block_bytes);
         jobs.push((rows, per_block, blocks, crate::team::SharedOut::new(dst)));
         blocks += rows.div_ceil(per_block);
     }
