@@ -358,8 +358,7 @@ fn assert_group_is_own_matvecs(weights: &[HalfWeight], x: &[f32]) {
 /// values; with a 4-bit palettized member the group is declined (each runs its own).
 #[test]
 fn an_8_bit_palettized_group_is_each_weights_own_matvec() {
-    if !crate::kernels::lut::matvec8(&mut [0.0; 4], &[0.0; 32], &[0; 128], &[f16::ZERO; 256], 4)
-    {
+    if !crate::kernels::lut::matvec8(&mut [0.0; 4], &[0.0; 32], &[0; 128], &[f16::ZERO; 256], 4) {
         return; // no AVX-512 VBMI: these weights run their own matvecs
     }
     let mut rng = Rng(0x8B17_6A0E);

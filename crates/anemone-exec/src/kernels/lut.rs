@@ -84,6 +84,7 @@ pub fn matvec8(
 /// into one block a thread. A block's first pass is looked up before the pipeline starts and
 /// its last pass looks nothing up ahead, so blocks are few: one a thread decoded Qwen2.5's
 /// LUT-8 bundle 2% faster than the fused kernels' 256 KiB blocks (measured; SmolLM2's level).
+#[cfg(target_arch = "x86_64")]
 const BLOCK_BYTES: usize = usize::MAX;
 
 /// An 8-bit palettized weight as [`matvec8`] reads it.
@@ -117,9 +118,7 @@ pub fn matvec8_group(group: &mut [(&mut [f32], Lut8)], x: &[f32]) -> bool {
             let w = &weights[m];
             // SAFETY: the features were detected; `first..first + chunk.len()` are rows of
             // output `m`, whose indices and palettes lie inside its weight's (checked above).
-            unsafe {
-                avx512::matvec8_rows(chunk, first, x, w.indices, w.table, w.rows_per_palette)
-            }
+            unsafe { avx512::matvec8_rows(chunk, first, x, w.indices, w.table, w.rows_per_palette) }
         };
         super::quant::spread_rows_of(&mut dsts, k, BLOCK_BYTES, k, kernel);
         true
@@ -260,7 +259,7 @@ mod avx512 {
     ///
     /// # Safety
     /// AVX-512F/BW/VBMI, AVX2, FMA, F16C present; the rows' indices and palettes lie inside
-    /// `indices` / `table`; `x.len()` is a positive multiple of 32.
+    /// `indices` / `table`; `x_in.len()` is a positive multiple of 32.
     #[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx2,fma,f16c")]
     pub(super) unsafe fn matvec8_rows(
         dst: &mut [f32],
