@@ -538,7 +538,7 @@ mod tests {
         use crate::team::{self, Team};
         use std::sync::Arc;
         // one row; palettes of one row; runs that straddle palettes (6 and 7 rows); a tail
-        // after the four-row passes; SmolLM2's and Qwen2.5's widths; enough work to spread
+        // after the four-row passes; SmolLM2's and Qwen2.5's widths; enough work to spread; none
         let shapes = [
             (1usize, 32usize, 1usize),
             (9, 64, 1),
@@ -549,6 +549,7 @@ mod tests {
             (13, 4864, 4),
             (600, 576, 8),
             (300, 896, 32),
+            (0, 64, 4),
         ];
         let mut rng = Rng(0x5EED_0F08);
         for (rows, k, per) in shapes {
@@ -584,7 +585,7 @@ mod tests {
                 );
             }
         }
-        // declined: rows not a multiple of 32, too few indices, too few palettes
+        // declined: rows of a length not a multiple of 32, too few indices, too few palettes
         let (x, mut out) = (vec![1.0f32; 48], vec![0.0f32; 4]);
         assert!(!matvec8(&mut out, &x, &[0; 4 * 48], &[f16::ZERO; 256], 4));
         let x = vec![1.0f32; 64];

@@ -525,14 +525,16 @@ unsafe fn dots_covered<'w>(
 }
 
 /// Rows per block of a matvec of `rows` rows of `row_bytes` stored bytes each on `threads`
-/// threads: the rows split evenly into the fewest blocks of at most `block_bytes` (else
-/// [`BLOCK_BYTES`]) whose count is a multiple of `threads` (no thread idles while another
-/// finishes a long last block), a multiple of [`GROUP`] rows.
+/// threads: the rows split evenly into the fewest blocks of at most `block_bytes` (the fused
+/// kernels': [`BLOCK_BYTES`]) whose count is a multiple of `threads` (no thread idles while
+/// another finishes a long last block), a positive multiple of [`GROUP`] rows.
 fn rows_per_block(rows: usize, row_bytes: usize, threads: usize, block_bytes: usize) -> usize {
     let blocks = (rows * row_bytes)
         .div_ceil(block_bytes)
         .next_multiple_of(threads.max(1));
-    rows.div_ceil(blocks.max(1)).next_multiple_of(GROUP)
+    rows.div_ceil(blocks.max(1))
+        .next_multiple_of(GROUP)
+        .max(GROUP)
 }
 
 /// Runs `kernel(first_row, rows)` over `dst` in blocks of [`rows_per_block`] rows, on the
